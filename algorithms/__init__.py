@@ -1,0 +1,24 @@
+"""Collective algorithms written once, as per-rank generators of ops.
+
+This package knows no transport: it imports neither simpy nor torch. ``simcomm`` simulates
+the ops; ``realcomm`` runs them over torch.distributed.
+"""
+
+from algorithms.buffers import chunk_bounds, split_even, split_sizes
+from algorithms.catalog import COLLECTIVES, Collective, get_collective
+from algorithms.collectives import (
+    all_gather, all_to_all, alltoall_allreduce, broadcast, reduce, reduce_broadcast_allreduce,
+    reduce_scatter, ring_allreduce,
+)
+from algorithms.ops import (
+    AVG, MAX, MIN, PROD, SUM, Alloc, Comm, Compute, Copy, Divide, Join, Op, Recv, ReduceOp,
+    Send, Spawn, Wait,
+)
+
+__all__ = [
+    "AVG", "MAX", "MIN", "PROD", "SUM", "COLLECTIVES", "Alloc", "Collective", "Comm", "Compute",
+    "Copy", "Divide", "Join", "Op", "Recv", "ReduceOp", "Send", "Spawn", "Wait", "all_gather",
+    "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds", "get_collective", "reduce",
+    "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "split_even",
+    "split_sizes",
+]

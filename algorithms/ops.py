@@ -1,0 +1,170 @@
+"""The op vocabulary: plain, frozen data that an algorithm yields to its transport.
+
+An algorithm is a per-rank generator function. It yields ops; the transport executes each
+op and sends back its result (a handle, a buffer, a task's return value or ``None``); the
+generator's return value is the rank's result. Ops carry no behaviour, so any transport
+is a small interpreter loop over them.
+
+Semantics every transport honours:
+
+* ``Send`` and ``Recv`` are non-blocking and return a handle. ``Wait`` blocks until all of
+  its handles are complete. Every handle must be waited exactly once.
+* A send's buffer must not change until the send has been waited. A receive's buffer holds
+  the incoming data (or the reduction of it into the old contents) once the receive has been
+  waited, not before.
+* Messages between an ordered pair of ranks match in the order they were posted, per channel.
+  A task runs on one channel; ``Spawn`` starts a concurrent task on another one.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Generator, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+
+class ReduceOp(enum.Enum):
+    """How a receive with reduction combines incoming data with the buffer's contents."""
+
+    SUM = "sum"
+    PROD = "prod"
+    MAX = "max"
+    MIN = "min"
+    AVG = "avg"  # summed on the way, divided by the world size once at the end
+
+
+SUM, PROD, MAX, MIN, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG
+
+
+def _check_rank(value: object, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{what} must be a non-negative int rank, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Send:
+    """Send ``buf`` to rank ``peer``. Returns a handle to ``Wait`` on."""
+
+    peer: int
+    buf: Any
+
+    def __post_init__(self) -> None:
+        _check_rank(self.peer, "Send.peer")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Recv:
+    """Receive from rank ``peer`` into ``buf``; with ``reduce``, combine into it instead.
+
+    The transport owns any scratch space a reducing receive needs and charges the reduction.
+    Returns a handle to ``Wait`` on.
+    """
+
+    peer: int
+    buf: Any
+    reduce: ReduceOp | None = None
+
+    def __post_init__(self) -> None:
+        _check_rank(self.peer, "Recv.peer")
+        if self.reduce is not None and not isinstance(self.reduce, ReduceOp):
+            raise TypeError(f"Recv.reduce must be a ReduceOp or None, got {self.reduce!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False, init=False)
+class Wait:
+    """Block until every handle is complete: ``yield Wait(h1, h2, ...)``."""
+
+    handles: tuple[Any, ...]
+
+    def __init__(self, *handles: Any) -> None:
+        if not handles:
+            raise ValueError("Wait needs at least one handle")
+        object.__setattr__(self, "handles", handles)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Compute:
+    """Occupy the rank's compute stream for ``seconds`` (a layer's backward, say)."""
+
+    seconds: float
+    label: str = "compute"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.seconds, (int, float)) and math.isfinite(self.seconds)
+                and self.seconds >= 0):
+            raise ValueError(f"Compute.seconds must be finite and >= 0, got {self.seconds!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Copy:
+    """Copy ``src`` into ``dst`` on this rank (same length and dtype)."""
+
+    dst: Any
+    src: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Divide:
+    """Divide ``buf`` in place by ``divisor`` (integers truncate toward zero, as C does)."""
+
+    buf: Any
+    divisor: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.divisor, int) or self.divisor < 1:
+            raise ValueError(f"Divide.divisor must be an int >= 1, got {self.divisor!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Alloc:
+    """Return a new buffer of ``count`` elements of the same kind and dtype as ``like``."""
+
+    count: int
+    like: Any
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.count, int) or self.count < 0:
+            raise ValueError(f"Alloc.count must be an int >= 0, got {self.count!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Spawn:
+    """Run ``schedule`` (a generator of ops) concurrently on ``channel``; returns a task.
+
+    Messages of concurrent tasks must not cross, so each live task of a rank needs its own
+    channel; ranks talk to each other on the same channel name.
+    """
+
+    schedule: Generator[Any, Any, Any]
+    channel: Hashable
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.schedule, Generator):
+            raise TypeError(
+                f"Spawn.schedule must be a generator (call the algorithm), got {self.schedule!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Join:
+    """Block until a spawned task ends; returns the task's return value."""
+
+    task: Any
+
+
+Op = Send | Recv | Wait | Compute | Copy | Divide | Alloc | Spawn | Join
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """What a rank knows of its group: its own rank and the world size."""
+
+    rank: int
+    size: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or self.size < 1:
+            raise ValueError(f"world size must be an int >= 1, got {self.size!r}")
+        if not isinstance(self.rank, int) or not 0 <= self.rank < self.size:
+            raise ValueError(f"rank must be an int in [0, {self.size}), got {self.rank!r}")

@@ -1,0 +1,19 @@
+"""A discrete-event simulator (simpy) of GPUs and links that runs the op generators of
+``algorithms`` and reports what they cost."""
+
+from simcomm.buffers import SizeOnly
+from simcomm.engine import (
+    DeadlockError, LinkStats, MessageSizeError, ProtocolError, SimResult, SimulationError,
+    TraceEvent, UnreceivedMessageError, simulate,
+)
+from simcomm.topology import (
+    Link, Topology, fully_connected, hierarchical, make_topology, ring, switch,
+)
+from simcomm.units import parse_bandwidth, parse_bytes, parse_seconds
+
+__all__ = [
+    "DeadlockError", "Link", "LinkStats", "MessageSizeError", "ProtocolError", "SimResult",
+    "SimulationError", "SizeOnly", "Topology", "TraceEvent", "UnreceivedMessageError",
+    "fully_connected", "hierarchical", "make_topology", "parse_bandwidth", "parse_bytes",
+    "parse_seconds", "ring", "simulate", "switch",
+]

@@ -1,0 +1,44 @@
+"""Size-only buffers: a length and a dtype, no data, so a cost-only run of gigabytes on
+thousands of ranks allocates nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class SizeOnly:
+    """A 1-D buffer of ``count`` elements of ``dtype`` that holds no data."""
+
+    count: int
+    dtype: np.dtype
+
+    def __init__(self, count: int, dtype: Any = np.float32) -> None:
+        if not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValueError(f"SizeOnly count must be an int >= 0, got {count!r}")
+        object.__setattr__(self, "count", int(count))
+        object.__setattr__(self, "dtype", np.dtype(dtype))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: slice) -> SizeOnly:
+        if not isinstance(index, slice):
+            raise TypeError("a SizeOnly buffer holds no data: only slices of it can be taken")
+        start, stop, step = index.indices(self.count)
+        if step != 1:
+            raise ValueError("SizeOnly buffers support contiguous slices only")
+        return SizeOnly(max(0, stop - start), self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes."""
+        return self.count * self.dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize

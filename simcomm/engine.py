@@ -1,0 +1,512 @@
+"""The simulator: a thin interpreter of the ops on a simpy clock.
+
+Cost model (alpha-beta with contention):
+
+* A message of n bytes follows its route link by link, cut-through: its head enters link k
+  when the link is free and the head has crossed link k-1; it occupies the link for
+  n / bandwidth seconds; the tail reaches the far end ``latency`` seconds after it leaves.
+  Uncontended, a message costs the sum of its links' latencies plus n / (slowest bandwidth).
+* A link carries one message at a time, first come first served in send order. A link's
+  time is reserved along the whole route when the message is sent, so a message that waits
+  upstream keeps its slot downstream (no back-filling of idle gaps).
+* A send completes when its message has arrived; a message that arrives before its receive
+  is posted waits at the receiver (eager protocol).
+* A reducing receive, a ``Copy`` and a ``Divide`` of n bytes take n / reduce_bandwidth
+  seconds on the rank's memory, one at a time. ``Compute`` runs on the rank's compute stream,
+  one at a time, concurrently with communication.
+
+Data move when a handle is waited (see ``algorithms.ops``); a send's data is taken when it
+is posted, and waiting checks that the algorithm left the send buffer untouched meanwhile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import simpy
+
+from algorithms.ops import (
+    Alloc, Comm, Compute, Copy, Divide, Join, Recv, ReduceOp, Send, Spawn, Wait,
+)
+from algorithms.reference import combine, divide
+from simcomm.buffers import SizeOnly
+from simcomm.topology import Link, Topology, check_ranks
+
+MAIN_CHANNEL = 0
+
+
+class SimulationError(Exception):
+    """Base of every error the simulator raises about an algorithm's behaviour."""
+
+
+class DeadlockError(SimulationError):
+    """Every unfinished task is blocked and nothing is in flight."""
+
+
+class MessageSizeError(SimulationError):
+    """A receive's buffer does not match the size or dtype of the send it matched."""
+
+
+class UnreceivedMessageError(SimulationError):
+    """The run ended with messages that no receive matched."""
+
+
+class ProtocolError(SimulationError):
+    """An algorithm misused the ops: bad peer, handle not waited, task not joined, ..."""
+
+
+class TraceEvent(NamedTuple):
+    """One span of the op trace. ``kind`` is ``send`` (``rank`` -> ``peer``, issue to
+    arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide`` or
+    ``compute``."""
+
+    kind: str
+    rank: int
+    channel: Hashable
+    start: float
+    end: float
+    peer: int = -1
+    nbytes: int = 0
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """Traffic of one link over a run."""
+
+    link: Link
+    bytes: int
+    busy_time: float
+
+
+@dataclass
+class SimResult:
+    """What a simulated run produced and what it cost."""
+
+    results: list[Any]
+    time: float
+    finish_times: list[float]
+    links: list[LinkStats]
+    trace: list[TraceEvent] = field(repr=False)
+    messages: int = 0
+
+    def sends(self) -> list[TraceEvent]:
+        """The trace's messages, in send order."""
+        return [e for e in self.trace if e.kind == "send"]
+
+
+class _Message:
+    __slots__ = ("src", "dst", "channel", "count", "dtype", "nbytes", "data", "send", "recv",
+                 "arrived", "issued")
+
+
+class _Handle:
+    __slots__ = ("task", "is_send", "peer", "buf", "reduce", "msg", "done", "waited",
+                 "blocking", "posted")
+
+    def describe(self) -> str:
+        if self.is_send:
+            return f"Send to rank {self.peer} on channel {self.task.channel!r}"
+        state = "no matching Send was posted" if self.msg is None else "matched"
+        return (f"Recv from rank {self.peer} on channel {self.task.channel!r} "
+                f"({len(self.buf)} elements; {state})")
+
+
+class _Task:
+    __slots__ = ("rank", "channel", "gen", "main", "pending", "wait_handles", "outstanding",
+                 "done", "result", "joiners", "children", "joined", "blocked_on")
+
+    def __init__(self, rank: int, channel: Hashable, gen: Any, main: bool) -> None:
+        self.rank, self.channel, self.gen, self.main = rank, channel, gen, main
+        self.pending = 0
+        self.wait_handles: tuple[_Handle, ...] | None = None
+        self.outstanding: dict[int, _Handle] = {}
+        self.done = False
+        self.result: Any = None
+        self.joiners: list[_Task] = []
+        self.children: list[_Task] = []
+        self.joined = False
+        self.blocked_on = ""
+
+
+_BLOCKED = object()
+
+
+class _Simulation:
+    def __init__(self, topology: Topology, record: bool) -> None:
+        self.env = simpy.Environment()
+        self.topology = topology
+        self.size = topology.size
+        self.record = record
+        self.links = topology.links
+        self.link_free = [0.0] * len(self.links)
+        self.link_bytes = [0] * len(self.links)
+        self.link_busy = [0.0] * len(self.links)
+        self.routes: dict[tuple[int, int], tuple[tuple[int, float, float], ...]] = {}
+        self.memory_free = [0.0] * self.size
+        self.compute_free = [0.0] * self.size
+        self.queues: dict[tuple[int, int, Hashable], tuple[deque, deque]] = {}
+        self.live_channels: list[set[Hashable]] = [set() for _ in range(self.size)]
+        self.tasks: list[_Task] = []
+        self.results: list[Any] = [None] * self.size
+        self.finish_times = [math.nan] * self.size
+        self.trace: list[TraceEvent] = []
+        self.messages = 0
+        self.handlers: dict[type, Callable[[_Task, Any], Any]] = {
+            Send: self._send, Recv: self._recv, Wait: self._wait, Compute: self._compute,
+            Copy: self._copy, Divide: self._divide, Alloc: self._alloc, Spawn: self._spawn,
+            Join: self._join,
+        }
+
+    # -- tasks -------------------------------------------------------------------------
+
+    def start(self, rank: int, gen: Any, channel: Hashable, main: bool = False) -> _Task:
+        if channel in self.live_channels[rank]:
+            raise ProtocolError(f"rank {rank} spawned a task on channel {channel!r}, which a "
+                                "live task of that rank already uses: concurrent tasks need "
+                                "distinct channels")
+        self.live_channels[rank].add(channel)
+        task = _Task(rank, channel, gen, main)
+        self.tasks.append(task)
+        self._run(task, None)
+        return task
+
+    def _run(self, task: _Task, value: Any) -> None:
+        handlers, send = self.handlers, task.gen.send
+        while True:
+            try:
+                op = send(value)
+            except StopIteration as stop:
+                self._finish(task, stop.value)
+                return
+            except SimulationError:
+                raise
+            except Exception as error:
+                error.add_note(f"raised by the algorithm on rank {task.rank} "
+                               f"(channel {task.channel!r}) at t={self.env.now:.9g}s")
+                raise
+            handler = handlers.get(type(op))
+            if handler is None:
+                raise ProtocolError(f"rank {task.rank} yielded {op!r}, which is not an op")
+            value = handler(task, op)
+            if value is _BLOCKED:
+                return
+
+    def _finish(self, task: _Task, result: Any) -> None:
+        if task.outstanding:
+            waits = "; ".join(h.describe() for h in task.outstanding.values())
+            raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) returned without "
+                                f"waiting for: {waits}")
+        unjoined = [c.channel for c in task.children if not c.joined]
+        if unjoined:
+            raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) returned without "
+                                f"joining its tasks on channels {unjoined!r}")
+        task.done, task.result = True, result
+        self.live_channels[task.rank].discard(task.channel)
+        if task.main:
+            self.results[task.rank] = result
+            self.finish_times[task.rank] = self.env.now
+        for joiner in task.joiners:
+            task.joined = True
+            self._run(joiner, result)
+
+    # -- point to point ------------------------------------------------------------------
+
+    def _check_peer(self, task: _Task, peer: int, what: str) -> None:
+        if peer >= self.size:
+            raise ProtocolError(f"rank {task.rank} posted a {what} with peer {peer}, but the "
+                                f"world has {self.size} ranks")
+        if peer == task.rank:
+            raise ProtocolError(f"rank {task.rank} posted a {what} to itself; use Copy")
+
+    def _handle(self, task: _Task, is_send: bool, peer: int, buf: Any,
+                reduce: ReduceOp | None) -> _Handle:
+        h = _Handle()
+        h.task, h.is_send, h.peer, h.buf, h.reduce = task, is_send, peer, buf, reduce
+        h.msg, h.done, h.waited, h.blocking, h.posted = None, False, False, False, self.env.now
+        task.outstanding[id(h)] = h
+        return h
+
+    def _queue(self, key: tuple[int, int, Hashable]) -> tuple[deque, deque]:
+        queue = self.queues.get(key)
+        if queue is None:
+            queue = self.queues[key] = (deque(), deque())
+        return queue
+
+    def _send(self, task: _Task, op: Send) -> _Handle:
+        src, dst, buf = task.rank, op.peer, op.buf
+        self._check_peer(task, dst, "Send")
+        h = self._handle(task, True, dst, buf, None)
+        msg = _Message()
+        msg.src, msg.dst, msg.channel, msg.send, msg.recv, msg.arrived = (
+            src, dst, task.channel, h, None, False)
+        msg.count, msg.dtype, msg.nbytes = len(buf), buf.dtype, buf.nbytes
+        msg.data = buf.copy() if isinstance(buf, np.ndarray) else None
+        h.msg = msg
+        now = self.env.now
+        msg.issued = now
+        arrival = self._reserve_route(src, dst, msg.nbytes, now)
+        self.messages += 1
+        if self.record:
+            self.trace.append(TraceEvent("send", src, task.channel, now, arrival, dst,
+                                         msg.nbytes))
+        self.env.timeout(arrival - now, msg).callbacks.append(self._on_arrival)
+        sends, recvs = self._queue((src, dst, task.channel))
+        if recvs:
+            self._pair(msg, recvs.popleft())
+        else:
+            sends.append(msg)
+        return h
+
+    def _reserve_route(self, src: int, dst: int, nbytes: int, now: float) -> float:
+        route = self.routes.get((src, dst))
+        if route is None:
+            route = self.routes[(src, dst)] = tuple(
+                (i, self.links[i].bandwidth, self.links[i].latency)
+                for i in self.topology.route(src, dst))
+        free, busy, sent = self.link_free, self.link_busy, self.link_bytes
+        head, tail = now, -math.inf  # when the head may enter, when the tail got here
+        for i, bandwidth, latency in route:
+            occupancy = nbytes / bandwidth
+            start = max(head, free[i], tail - occupancy)
+            end = start + occupancy
+            free[i] = end
+            busy[i] += occupancy
+            sent[i] += nbytes
+            head, tail = start + latency, end + latency
+        return tail
+
+    def _recv(self, task: _Task, op: Recv) -> _Handle:
+        self._check_peer(task, op.peer, "Recv")
+        h = self._handle(task, False, op.peer, op.buf, op.reduce)
+        sends, recvs = self._queue((op.peer, task.rank, task.channel))
+        if sends:
+            self._pair(sends.popleft(), h)
+        else:
+            recvs.append(h)
+        return h
+
+    def _pair(self, msg: _Message, h: _Handle) -> None:
+        buf = h.buf
+        if len(buf) != msg.count or buf.dtype != msg.dtype:
+            raise MessageSizeError(
+                f"rank {msg.dst} posted a Recv of {len(buf)} x {buf.dtype} from rank {msg.src} "
+                f"on channel {msg.channel!r}, but the matching Send from rank {msg.src} "
+                f"carries {msg.count} x {msg.dtype}")
+        if (msg.data is None) != (not isinstance(buf, np.ndarray)):
+            raise ProtocolError(f"ranks {msg.src} and {msg.dst} mix size-only and numpy buffers")
+        msg.recv, h.msg = h, msg
+        if msg.arrived:
+            self._deliver(msg)
+
+    def _on_arrival(self, event: simpy.Event) -> None:
+        msg = event.value
+        msg.arrived = True
+        self._complete(msg.send)
+        if msg.recv is not None:
+            self._deliver(msg)
+
+    def _deliver(self, msg: _Message) -> None:
+        h = msg.recv
+        if h.reduce is not None:
+            end = self._occupy_memory(h.task, msg.nbytes, "reduce", msg.src)
+            if end > self.env.now:
+                self.env.timeout(end - self.env.now, h).callbacks.append(self._on_reduced)
+                return
+        self._complete(h)
+
+    def _on_reduced(self, event: simpy.Event) -> None:
+        self._complete(event.value)
+
+    def _complete(self, h: _Handle) -> None:
+        h.done = True
+        if not h.is_send and self.record:
+            self.trace.append(TraceEvent("recv", h.task.rank, h.task.channel, h.posted,
+                                         self.env.now, h.peer, h.msg.nbytes))
+        if h.blocking:
+            task = h.task
+            task.pending -= 1
+            if task.pending == 0:
+                handles, task.wait_handles = task.wait_handles, None
+                self._apply(task, handles)
+                self._run(task, None)
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def _wait(self, task: _Task, op: Wait) -> Any:
+        pending = 0
+        for h in op.handles:
+            if not isinstance(h, _Handle):
+                raise ProtocolError(f"rank {task.rank} waited on {h!r}, which is not a Send "
+                                    "or Recv handle (join tasks with Join)")
+            if h.task is not task:
+                raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) waited on a "
+                                    "handle that another task posted")
+            if h.waited:
+                raise ProtocolError(f"rank {task.rank} waited twice on its {h.describe()}")
+            h.waited = True
+            del task.outstanding[id(h)]
+            if not h.done:
+                h.blocking = True
+                pending += 1
+        if pending == 0:
+            self._apply(task, op.handles)
+            return None
+        task.pending, task.wait_handles = pending, op.handles
+        return _BLOCKED
+
+    def _apply(self, task: _Task, handles: Sequence[_Handle]) -> None:
+        # Check every send before any receive lands: a receive into a buffer that a send in
+        # the same Wait reads from is legal, since both are complete when Wait returns.
+        for h in handles:
+            if h.is_send and h.msg.data is not None and not _same(h.msg.data, h.buf):
+                raise ProtocolError(f"rank {task.rank} changed the buffer of its Send to rank "
+                                    f"{h.peer} before waiting for it")
+        for h in handles:
+            if not h.is_send and h.msg.data is not None:
+                if h.reduce is None:
+                    h.buf[...] = h.msg.data
+                else:
+                    combine(h.reduce, h.buf, h.msg.data)
+
+    # -- local work ----------------------------------------------------------------------
+
+    def _occupy_memory(self, task: _Task, nbytes: int, kind: str, peer: int = -1) -> float:
+        rank = task.rank
+        cost = nbytes / self.topology.reduce_bandwidth[rank]
+        start = max(self.env.now, self.memory_free[rank])
+        end = self.memory_free[rank] = start + cost
+        if self.record and cost > 0:
+            self.trace.append(TraceEvent(kind, rank, task.channel, start, end, peer, nbytes))
+        return end
+
+    def _sleep_until(self, task: _Task, end: float, value: Any = None) -> Any:
+        if end <= self.env.now:
+            return value
+        self.env.timeout(end - self.env.now).callbacks.append(
+            lambda _event: self._run(task, value))
+        return _BLOCKED
+
+    def _compute(self, task: _Task, op: Compute) -> Any:
+        rank = task.rank
+        start = max(self.env.now, self.compute_free[rank])
+        end = self.compute_free[rank] = start + op.seconds
+        if self.record:
+            self.trace.append(TraceEvent("compute", rank, task.channel, start, end,
+                                         label=op.label))
+        return self._sleep_until(task, end)
+
+    def _copy(self, task: _Task, op: Copy) -> Any:
+        if len(op.dst) != len(op.src) or op.dst.dtype != op.src.dtype:
+            raise ProtocolError(f"rank {task.rank} copied {len(op.src)} x {op.src.dtype} into "
+                                f"{len(op.dst)} x {op.dst.dtype}")
+        if isinstance(op.dst, np.ndarray):
+            op.dst[...] = op.src
+        return self._sleep_until(task, self._occupy_memory(task, op.src.nbytes, "copy"))
+
+    def _divide(self, task: _Task, op: Divide) -> Any:
+        if isinstance(op.buf, np.ndarray):
+            divide(op.buf, op.divisor)
+        return self._sleep_until(task, self._occupy_memory(task, op.buf.nbytes, "divide"))
+
+    def _alloc(self, task: _Task, op: Alloc) -> Any:
+        if isinstance(op.like, np.ndarray):
+            return np.zeros(op.count, dtype=op.like.dtype)
+        return SizeOnly(op.count, op.like.dtype)
+
+    def _spawn(self, task: _Task, op: Spawn) -> _Task:
+        child = self.start(task.rank, op.schedule, op.channel)
+        task.children.append(child)
+        return child
+
+    def _join(self, task: _Task, op: Join) -> Any:
+        child = op.task
+        if not isinstance(child, _Task) or child not in task.children:
+            raise ProtocolError(f"rank {task.rank} joined {child!r}, which is not a task it "
+                                "spawned")
+        if child.joined or child.joiners:
+            raise ProtocolError(f"rank {task.rank} joined its task on channel "
+                                f"{child.channel!r} twice")
+        if child.done:
+            child.joined = True
+            return child.result
+        child.joiners.append(task)
+        task.blocked_on = f"Join of its task on channel {child.channel!r}"
+        return _BLOCKED
+
+    # -- after the run -------------------------------------------------------------------
+
+    def check_finished(self) -> None:
+        stuck = [t for t in self.tasks if not t.done]
+        unreceived = [m for sends, _ in self.queues.values() for m in sends]
+        if stuck:
+            lines = []
+            for t in stuck:
+                if t.wait_handles is not None:
+                    what = "; ".join(h.describe() for h in t.wait_handles if not h.done)
+                else:
+                    what = t.blocked_on or "nothing it can name"
+                lines.append(f"rank {t.rank} (channel {t.channel!r}) waits for {what}")
+            extra = ""
+            if unreceived:
+                extra = "; never received: " + _describe_messages(unreceived)
+            raise DeadlockError(f"deadlock at t={self.env.now:.9g}s: " + "; ".join(lines)
+                                + extra)
+        if unreceived:
+            raise UnreceivedMessageError("the run ended with messages never received: "
+                                         + _describe_messages(unreceived))
+
+
+def _describe_messages(messages: list[_Message]) -> str:
+    return ", ".join(f"rank {m.src} -> rank {m.dst} ({m.count} x {m.dtype} on channel "
+                     f"{m.channel!r})" for m in messages[:10]) + (
+        f" and {len(messages) - 10} more" if len(messages) > 10 else "")
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+
+
+def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Topology, /,
+             *, record: bool = True, **params: Any) -> SimResult:
+    """Run ``algorithm`` on every rank of ``topology`` and return results and costs.
+
+    ``inputs`` holds one 1-D numpy array or ``SizeOnly`` buffer per rank; numpy inputs are
+    copied first, so the caller's arrays are left alone. ``params`` go to the algorithm.
+    With ``record=False`` the trace stays empty (faster for large cost-only runs).
+    """
+    check_ranks(topology, inputs)
+    buffers = []
+    for rank, buf in enumerate(inputs):
+        if isinstance(buf, np.ndarray):
+            if buf.ndim != 1:
+                raise ValueError(f"input of rank {rank} must be 1-D, got shape {buf.shape}")
+            buffers.append(buf.copy())
+        elif isinstance(buf, SizeOnly):
+            buffers.append(buf)
+        else:
+            raise TypeError(f"input of rank {rank} must be a numpy array or SizeOnly, "
+                            f"got {type(buf).__name__}")
+    if len({isinstance(b, SizeOnly) for b in buffers}) > 1:
+        raise ValueError("inputs mix numpy arrays and SizeOnly buffers")
+    sim = _Simulation(topology, record)
+    gens = []
+    for rank in range(topology.size):
+        gen = algorithm(Comm(rank, topology.size), buffers[rank], **params)
+        if not hasattr(gen, "send"):
+            raise TypeError(f"{getattr(algorithm, '__name__', algorithm)!r} did not return a "
+                            "generator: an algorithm is a generator function that yields ops")
+        gens.append(gen)
+    for rank, gen in enumerate(gens):
+        sim.start(rank, gen, MAIN_CHANNEL, main=True)
+    sim.env.run()
+    sim.check_finished()
+    links = [LinkStats(link, sim.link_bytes[i], sim.link_busy[i])
+             for i, link in enumerate(topology.links)]
+    return SimResult(sim.results, max(sim.finish_times), sim.finish_times, links, sim.trace,
+                     sim.messages)

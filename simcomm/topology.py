@@ -1,0 +1,235 @@
+"""Topologies: named nodes (GPUs and switches) joined by directed links.
+
+A link has a latency (alpha, seconds) and a bandwidth (bytes/second); a full-duplex cable is
+two links. Ranks live on GPU nodes, each with a reduction bandwidth: a local reduction or copy
+of n bytes costs n / reduce_bandwidth seconds (infinite means free).
+
+Messages follow the route with the fewest hops, ties broken by the highest bottleneck
+bandwidth, then by link order (so routes are deterministic).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Link:
+    """A one-way link from node ``src`` to node ``dst``."""
+
+    src: str
+    dst: str
+    bandwidth: float  # bytes/second
+    latency: float  # seconds
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth > 0:
+            raise ValueError(f"link {self.src}->{self.dst}: bandwidth must be > 0, "
+                             f"got {self.bandwidth!r}")
+        if not (math.isfinite(self.latency) and self.latency >= 0):
+            raise ValueError(f"link {self.src}->{self.dst}: latency must be finite and >= 0, "
+                             f"got {self.latency!r}")
+        if self.src == self.dst:
+            raise ValueError(f"link {self.src}->{self.dst} connects a node to itself")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Nodes, links, and which node each rank runs on.
+
+    ``ranks[r]`` is the node of rank r; ``reduce_bandwidth[r]`` its local reduction bandwidth.
+    """
+
+    name: str
+    nodes: tuple[str, ...]
+    links: tuple[Link, ...]
+    ranks: tuple[str, ...]
+    reduce_bandwidth: tuple[float, ...]
+    _routes: dict[tuple[int, int], tuple[int, ...]] = field(
+        default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError(f"topology {self.name!r}: node names must be unique")
+        known = set(self.nodes)
+        for link in self.links:
+            for end in (link.src, link.dst):
+                if end not in known:
+                    raise ValueError(f"topology {self.name!r}: link {link.src}->{link.dst} "
+                                     f"names unknown node {end!r}")
+        if not self.ranks:
+            raise ValueError(f"topology {self.name!r} has no ranks")
+        for r, node in enumerate(self.ranks):
+            if node not in known:
+                raise ValueError(f"topology {self.name!r}: rank {r} is on unknown node {node!r}")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError(f"topology {self.name!r}: two ranks share a node")
+        if len(self.reduce_bandwidth) != len(self.ranks):
+            raise ValueError(f"topology {self.name!r}: need one reduce bandwidth per rank")
+        for r, bw in enumerate(self.reduce_bandwidth):
+            if not bw > 0:
+                raise ValueError(f"topology {self.name!r}: rank {r} reduce bandwidth must be > 0")
+
+    @property
+    def size(self) -> int:
+        """Number of ranks."""
+        return len(self.ranks)
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        """Indices into ``links`` of the path from rank ``src`` to rank ``dst`` (cached)."""
+        key = (src, dst)
+        path = self._routes.get(key)
+        if path is None:
+            path = self._routes[key] = self._shortest_path(src, dst)
+        return path
+
+    def _shortest_path(self, src: int, dst: int) -> tuple[int, ...]:
+        start, goal = self.ranks[src], self.ranks[dst]
+        outgoing: dict[str, list[int]] = {}
+        for i, link in enumerate(self.links):
+            outgoing.setdefault(link.src, []).append(i)
+        # cost: (hops, -bottleneck bandwidth, link indices) -- fewest hops, then the fattest path
+        heap: list[tuple[int, float, tuple[int, ...], str]] = [(0, -math.inf, (), start)]
+        done: set[str] = set()
+        while heap:
+            hops, neg_bw, path, node = heapq.heappop(heap)
+            if node == goal:
+                return path
+            if node in done:
+                continue
+            done.add(node)
+            for i in outgoing.get(node, ()):
+                link = self.links[i]
+                if link.dst not in done:
+                    bottleneck = -min(-neg_bw, link.bandwidth)
+                    heapq.heappush(heap, (hops + 1, bottleneck, path + (i,), link.dst))
+        raise ValueError(f"topology {self.name!r}: no route from rank {src} ({start}) "
+                         f"to rank {dst} ({goal})")
+
+    def egress_bandwidth(self, rank: int) -> float:
+        """Total bandwidth of the links leaving rank ``rank``'s node."""
+        node = self.ranks[rank]
+        return sum(link.bandwidth for link in self.links if link.src == node)
+
+    def with_latency_jitter(self, seed: int, max_extra: float) -> Topology:
+        """A copy whose every link latency grows by a random amount in [0, max_extra)."""
+        rng = np.random.default_rng(seed)
+        extra = rng.uniform(0.0, max_extra, size=len(self.links))
+        links = tuple(replace(link, latency=link.latency + float(e))
+                      for link, e in zip(self.links, extra))
+        return replace(self, name=f"{self.name}+jitter", links=links, _routes={})
+
+
+def _duplex(a: str, b: str, bandwidth: float, latency: float) -> list[Link]:
+    return [Link(a, b, bandwidth, latency), Link(b, a, bandwidth, latency)]
+
+
+def _gpus(n: int, prefix: str = "gpu") -> list[str]:
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"number of ranks must be an int >= 1, got {n!r}")
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def _reduce_bw(n: int, reduce_bandwidth: float) -> tuple[float, ...]:
+    return (float(reduce_bandwidth),) * n
+
+
+def ring(ranks: int, bandwidth: float, latency: float, reduce_bandwidth: float = math.inf
+         ) -> Topology:
+    """GPUs in a ring, a full-duplex cable between neighbours."""
+    gpus = _gpus(ranks)
+    links: list[Link] = []
+    pairs = {(min(i, (i + 1) % ranks), max(i, (i + 1) % ranks)) for i in range(ranks)}
+    for i, j in sorted(pairs):
+        if i != j:
+            links += _duplex(gpus[i], gpus[j], bandwidth, latency)
+    return Topology("ring", tuple(gpus), tuple(links), tuple(gpus), _reduce_bw(ranks, reduce_bandwidth))
+
+
+def fully_connected(ranks: int, bandwidth: float, latency: float,
+                    reduce_bandwidth: float = math.inf) -> Topology:
+    """A direct link each way between every pair of GPUs (an NVLink mesh)."""
+    gpus = _gpus(ranks)
+    links = [Link(a, b, bandwidth, latency) for a in gpus for b in gpus if a != b]
+    return Topology("fully_connected", tuple(gpus), tuple(links), tuple(gpus),
+                    _reduce_bw(ranks, reduce_bandwidth))
+
+
+def switch(ranks: int, bandwidth: float, latency: float, reduce_bandwidth: float = math.inf
+           ) -> Topology:
+    """Each GPU has an up and a down link to one switch (NVSwitch).
+
+    ``latency`` is GPU-to-GPU: half of it is put on each of the two links of a path.
+    """
+    gpus = _gpus(ranks)
+    links: list[Link] = []
+    for g in gpus:
+        links += _duplex(g, "switch", bandwidth, latency / 2)
+    return Topology("switch", tuple(gpus) + ("switch",), tuple(links), tuple(gpus),
+                    _reduce_bw(ranks, reduce_bandwidth))
+
+
+def hierarchical(nodes: int, gpus_per_node: int, intra_bandwidth: float, intra_latency: float,
+                 inter_bandwidth: float, inter_latency: float, nic_per_gpu: bool = True,
+                 reduce_bandwidth: float = math.inf) -> Topology:
+    """Nodes of GPUs on a node switch, joined by one network switch.
+
+    With ``nic_per_gpu`` every GPU has its own NIC link to the network switch (rail-style, as
+    DGX machines); otherwise each node switch has one NIC link. Latencies are end-to-end:
+    half on each link of an intra-node path (GPU-switch-GPU), and for inter-node paths half of
+    ``inter_latency`` on each network link.
+    """
+    if not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"nodes must be an int >= 1, got {nodes!r}")
+    gpus = _gpus(nodes * gpus_per_node)
+    names: list[str] = list(gpus)
+    links: list[Link] = []
+    for n in range(nodes):
+        node_switch = f"node{n}.switch"
+        names.append(node_switch)
+        for g in gpus[n * gpus_per_node:(n + 1) * gpus_per_node]:
+            links += _duplex(g, node_switch, intra_bandwidth, intra_latency / 2)
+            if nic_per_gpu:
+                links += _duplex(g, "net", inter_bandwidth, inter_latency / 2)
+        if not nic_per_gpu:
+            links += _duplex(node_switch, "net", inter_bandwidth, inter_latency / 2)
+    names.append("net")
+    return Topology("hierarchical", tuple(names), tuple(links), tuple(gpus),
+                    _reduce_bw(len(gpus), reduce_bandwidth))
+
+
+TOPOLOGIES = ("ring", "fully_connected", "switch", "hierarchical")
+
+
+def make_topology(kind: str, ranks: int, bandwidth: float, latency: float,
+                  reduce_bandwidth: float = math.inf, gpus_per_node: int | None = None,
+                  inter_bandwidth: float | None = None, inter_latency: float | None = None
+                  ) -> Topology:
+    """Build a topology by name; ``hierarchical`` needs ``gpus_per_node`` dividing ``ranks``
+    and takes the network's figures from ``inter_*`` (default: the intra-node ones)."""
+    if kind == "ring":
+        return ring(ranks, bandwidth, latency, reduce_bandwidth)
+    if kind == "fully_connected":
+        return fully_connected(ranks, bandwidth, latency, reduce_bandwidth)
+    if kind == "switch":
+        return switch(ranks, bandwidth, latency, reduce_bandwidth)
+    if kind == "hierarchical":
+        per_node = gpus_per_node or min(ranks, 8)
+        if ranks % per_node:
+            raise ValueError(f"hierarchical: {ranks} ranks do not fill nodes of {per_node} GPUs")
+        return hierarchical(ranks // per_node, per_node, bandwidth, latency,
+                            inter_bandwidth or bandwidth,
+                            latency if inter_latency is None else inter_latency,
+                            reduce_bandwidth=reduce_bandwidth)
+    raise ValueError(f"unknown topology {kind!r}; known: {', '.join(TOPOLOGIES)}")
+
+
+def check_ranks(topology: Topology, inputs: Sequence[object]) -> None:
+    """Raise if the number of inputs does not match the topology's ranks."""
+    if len(inputs) != topology.size:
+        raise ValueError(f"got {len(inputs)} inputs for a topology of {topology.size} ranks")
