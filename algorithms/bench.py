@@ -1,0 +1,480 @@
+"""The transport-free half of a collective benchmark, in the manner of nccl-tests.
+
+``simcomm bench`` and ``realcomm bench`` share this module, so both print the same columns
+and the two can be compared line by line. It knows nothing of how a collective is run: a
+transport runs it and hands back the seconds it took (and, with ``--check``, the results).
+
+Public API:
+
+* ``add_bench_arguments(parser)``: the flags both command lines share (``--algorithm``,
+  ``--param``, ``--sizes`` or ``-b/-e/-f``, ``--dtype``, ``--op``, ``--root``, ``--check``,
+  ``--format``).
+* ``config_from_args(args) -> BenchConfig``: checks those flags and types them; raises
+  ``ValueError`` naming the bad flag. ``BenchConfig.check_world(world_size)`` checks what
+  needs the world size (root ranges); ``BenchConfig.algorithm_kwargs()`` is what to pass to
+  the algorithm besides ``comm`` and the buffer.
+* ``buffer_count(collective, world_size, size, itemsize)``: per-rank input length.
+* ``bench_row(collective, world_size, size, dtype, op, root, seconds, wrong) -> BenchRow``.
+* ``check_inputs(world_size, count, dtype, op)`` and
+  ``count_wrong(collective, inputs, results, op, root, params)``: the data check.
+* ``format_table(rows, header_lines)``, ``format_csv(rows)``, ``format_json(rows)`` and
+  ``format_rows(rows, fmt, header_lines)`` which picks one of them.
+* ``parse_size``, ``parse_sizes``, ``size_range``: sizes as nccl-tests' flags spell them.
+* ``DTYPES`` (nccl-tests type name -> numpy dtype), ``type_name(dtype)``, ``CSV_HEADER``,
+  ``FORMATS``.
+
+Unchecked rows have ``wrong = None``, printed ``N/A`` as nccl-tests prints a run without
+its data check (``null`` in JSON).
+
+What ``size`` and ``count`` mean follows nccl-tests (src/common.cu, ``TimeTest``; the
+``GetCollByteCount`` function of each collective's .cu file): ``count = size / element
+size``. All-reduce, broadcast and reduce move a buffer of ``count`` elements and print
+``size`` and ``count`` as they are. All-gather, reduce-scatter and all-to-all give each rank
+``count // p`` elements of the whole (rounded down, as nccl-tests does), print that per-rank
+count, and print the size of the whole that is really moved, ``(count // p) * p`` elements.
+(Recent nccl-tests releases also round that per-rank count down to whole 16-byte lines for
+their kernels; that is a device detail, left out here.)
+
+The per-rank input buffer (``buffer_count``) follows the conventions of
+``algorithms.collectives``: all-gather and reduce-scatter take the full-length buffer of
+``(count // p) * p`` elements (rank r owns chunk r), and all-to-all takes one rank's send
+buffer, also ``(count // p) * p`` elements, chunk j going to rank j. The rest take ``count``.
+
+Bandwidths are in GB/s with GB = 1e9 bytes: ``algbw = size / time`` and ``busbw = algbw *
+factor`` with nccl-tests' factor per collective (doc/PERFORMANCE.md, ``Collective.bus_factor``).
+A run that takes no time (one rank, say) moved nothing across a link: its bandwidths are 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from algorithms.catalog import Collective, get_collective
+from algorithms.ops import ReduceOp
+
+DTYPES: Mapping[str, np.dtype] = MappingProxyType({
+    "half": np.dtype(np.float16), "float": np.dtype(np.float32),
+    "double": np.dtype(np.float64), "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+})
+_DTYPE_ALIASES = {"float16": "half", "float32": "float", "float64": "double"}
+FORMATS = ("table", "csv", "json")
+CSV_HEADER = "size,count,type,redop,root,time_us,algbw_GBps,busbw_GBps,wrong"
+
+# nccl-tests' default -b and -e (src/common.cu): 32 MiB.
+DEFAULT_BYTES = 32 * 1024**2
+# Gathered, scattered and exchanged collectives split their buffer into p equal parts.
+_SPLIT_KINDS = ("allgather", "reducescatter", "alltoall")
+# Arguments a harness sets itself: never through --param.
+_FIXED_ARGUMENTS = ("comm", "x")
+
+_SIZE_UNITS = {
+    "": 1, "B": 1,
+    "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4,  # nccl-tests: -b 1M is 2**20
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
+}
+
+
+# -- sizes ------------------------------------------------------------------------------
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"1KiB"`` (1024), ``"1KB"`` (1000), ``"1K"`` (1024, as nccl-tests), ``"512"``."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not match:
+        raise ValueError(f"cannot read {text!r} as a size (e.g. 1MiB, 64KB, 512)")
+    scale = _SIZE_UNITS.get(match.group(2).upper())
+    if scale is None:
+        raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r} "
+                         "(use B, K, M, G, KB, MB, GB, KiB, MiB, GiB)")
+    size = float(match.group(1)) * scale
+    if size != int(size):
+        raise ValueError(f"size {text!r} is not a whole number of bytes")
+    return int(size)
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """Bytes from a comma-separated list: ``"1KiB,1MiB,1GiB"``."""
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise ValueError(f"--sizes {text!r} names no size")
+    return tuple(parse_size(part) for part in parts)
+
+
+def size_range(minbytes: int, maxbytes: int, factor: int) -> tuple[int, ...]:
+    """nccl-tests' ``-b minbytes -e maxbytes -f factor``: minbytes, minbytes*factor, ... up to
+    and including maxbytes."""
+    if not isinstance(factor, int) or factor < 2:
+        raise ValueError(f"-f/--stepfactor must be an int >= 2, got {factor!r}")
+    if minbytes < 1:
+        raise ValueError(f"-b/--minbytes must be >= 1 byte to step by a factor, got {minbytes}")
+    if minbytes > maxbytes:
+        raise ValueError(f"-b/--minbytes ({minbytes}) is larger than -e/--maxbytes ({maxbytes})")
+    sizes, size = [], minbytes
+    while size <= maxbytes:
+        sizes.append(size)
+        size *= factor
+    return tuple(sizes)
+
+
+def buffer_count(collective: Collective, world_size: int, size: int, itemsize: int) -> int:
+    """Elements of each rank's input buffer for a run of ``size`` bytes (see module doc)."""
+    count = size // itemsize
+    if collective.kind in _SPLIT_KINDS:
+        return count // world_size * world_size
+    return count
+
+
+# -- command line -----------------------------------------------------------------------
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the benchmark flags that every transport's ``bench`` command shares."""
+    parser.add_argument("--algorithm", required=True, metavar="NAME",
+                        help="collective to run, by its Python name (e.g. ring_allreduce)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="keyword argument for the algorithm, e.g. tree=true (repeatable)")
+    parser.add_argument("--sizes", metavar="LIST",
+                        help="comma-separated sizes in bytes, e.g. 1KiB,1MiB,1GiB")
+    parser.add_argument("-b", "--minbytes", metavar="SIZE",
+                        help="smallest size, as nccl-tests (default 32M)")
+    parser.add_argument("-e", "--maxbytes", metavar="SIZE",
+                        help="largest size, as nccl-tests (default 32M)")
+    parser.add_argument("-f", "--stepfactor", type=int, metavar="N",
+                        help="multiply the size by N between runs (default 2)")
+    parser.add_argument("--dtype", default="float", metavar="TYPE",
+                        help="float16/half, float32/float, float64/double, int32 or int64 "
+                             "(default float)")
+    parser.add_argument("--op", metavar="OP",
+                        help="reduction: sum, prod, max, min or avg (default sum)")
+    parser.add_argument("--root", type=int, metavar="RANK",
+                        help="root rank of broadcast and reduce (default 0)")
+    parser.add_argument("--check", action="store_true",
+                        help="run on real data and count wrong elements")
+    parser.add_argument("--format", default="table", metavar="FORMAT",
+                        help="table (as nccl-tests prints), csv or json (default table)")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """The checked, typed benchmark flags."""
+
+    collective: Collective
+    sizes: tuple[int, ...]
+    dtype: np.dtype
+    op: ReduceOp | None  # None for collectives without a reduction
+    root: int | None  # None for collectives without a root
+    check: bool = False
+    format: str = "table"
+    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def type_name(self) -> str:
+        """The dtype as nccl-tests names it (half, float, double, int32, int64)."""
+        return type_name(self.dtype)
+
+    def algorithm_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the algorithm: op, root and the ``--param`` values."""
+        kwargs = dict(self.params)
+        if self.op is not None:
+            kwargs["op"] = self.op
+        if self.root is not None:
+            kwargs["root"] = self.root
+        return kwargs
+
+    def check_world(self, world_size: int) -> None:
+        """Raise ``ValueError`` if a root (``--root`` or ``--param root=``) is not a rank."""
+        for flag, root in (("--root", self.root), ("--param root", self.params.get("root"))):
+            if root is not None and not 0 <= root < world_size:
+                raise ValueError(f"{flag} {root} is not a rank of a world of {world_size} "
+                                 f"(0 to {world_size - 1})")
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """Check the flags of ``add_bench_arguments`` and return them typed."""
+    collective = get_collective(args.algorithm)
+    dtype_name = _DTYPE_ALIASES.get(args.dtype, args.dtype)
+    if dtype_name not in DTYPES:
+        raise ValueError(f"unknown --dtype {args.dtype!r}; known: "
+                         f"{', '.join(list(_DTYPE_ALIASES) + list(DTYPES))}")
+    dtype = DTYPES[dtype_name]
+    if args.format not in FORMATS:
+        raise ValueError(f"unknown --format {args.format!r}; known: {', '.join(FORMATS)}")
+    sizes = _sizes_from_args(args)
+    for size in sizes:
+        if size % dtype.itemsize:
+            raise ValueError(f"size {size} B is not a multiple of the {dtype_name} element "
+                             f"size ({dtype.itemsize} B)")
+    return BenchConfig(collective, sizes, dtype, _op_from_args(collective, args.op),
+                       _root_from_args(collective, args.root), bool(args.check), args.format,
+                       MappingProxyType(_params_from_args(collective, args.param)))
+
+
+def _sizes_from_args(args: argparse.Namespace) -> tuple[int, ...]:
+    stepped = (args.minbytes, args.maxbytes, args.stepfactor)
+    if args.sizes is not None:
+        if any(value is not None for value in stepped):
+            raise ValueError("give either --sizes or -b/-e/-f, not both")
+        return parse_sizes(args.sizes)
+    minbytes = DEFAULT_BYTES if args.minbytes is None else parse_size(args.minbytes)
+    maxbytes = DEFAULT_BYTES if args.maxbytes is None else parse_size(args.maxbytes)
+    return size_range(minbytes, maxbytes, 2 if args.stepfactor is None else args.stepfactor)
+
+
+def _op_from_args(collective: Collective, op: str | None) -> ReduceOp | None:
+    if not collective.takes_op:
+        if op is not None:
+            raise ValueError(f"--op: {collective.name} does not reduce, so it takes no op")
+        return None
+    if op is None:
+        return ReduceOp.SUM
+    try:
+        return ReduceOp(op.lower())
+    except ValueError:
+        raise ValueError(f"unknown --op {op!r}; known: "
+                         f"{', '.join(o.value for o in ReduceOp)}") from None
+
+
+def _root_from_args(collective: Collective, root: int | None) -> int | None:
+    if not collective.takes_root:
+        if root is not None:
+            raise ValueError(f"--root: {collective.name} has no root")
+        return None
+    if root is None:
+        return 0
+    if root < 0:
+        raise ValueError(f"--root must be a rank >= 0, got {root}")
+    return root
+
+
+def _params_from_args(collective: Collective, items: Sequence[str]) -> dict[str, Any]:
+    accepted = _settable_parameters(collective)
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--param {item!r}: write it as key=value")
+        if key in params:
+            raise ValueError(f"--param {key} is given twice")
+        if key not in accepted:
+            raise ValueError(f"--param {key}: {_why_not_settable(collective, key)}; "
+                             f"{collective.name} accepts: {', '.join(accepted) or 'none'}")
+        value, default = _parse_value(text.strip()), accepted[key]
+        if not _same_kind(value, default):
+            raise ValueError(f"--param {key}={text}: expected a {type(default).__name__} "
+                             f"like the default {default!r}")
+        params[key] = value
+    return params
+
+
+def _settable_parameters(collective: Collective) -> dict[str, Any]:
+    """Keyword parameters of the algorithm that --param may set, with their defaults."""
+    reserved = set(_FIXED_ARGUMENTS)
+    if collective.takes_op:
+        reserved.add("op")
+    if collective.takes_root:
+        reserved.add("root")
+    return {name: p.default
+            for name, p in inspect.signature(collective.function).parameters.items()
+            if name not in reserved and isinstance(p.default, (bool, int, float, str))}
+
+
+def _why_not_settable(collective: Collective, key: str) -> str:
+    if key in ("op", "root") and getattr(collective, f"takes_{key}"):
+        return f"give it with --{key}"
+    if key in _FIXED_ARGUMENTS:
+        return "the benchmark sets it"
+    if key in inspect.signature(collective.function).parameters:
+        return "its value cannot be written on the command line"
+    return f"{collective.name} has no such parameter"
+
+
+def _parse_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _same_kind(value: Any, default: Any) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return type(value) is type(default)
+
+
+# -- rows -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One line of results, in nccl-tests' columns. ``wrong`` is None when not checked."""
+
+    size: int  # bytes
+    count: int  # elements
+    type: str
+    redop: str
+    root: int
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    wrong: int | None
+
+
+def type_name(dtype: Any) -> str:
+    """nccl-tests' name of a numpy dtype: half, float, double, int32, int64."""
+    dtype = np.dtype(dtype)
+    for name, known in DTYPES.items():
+        if known == dtype:
+            return name
+    raise ValueError(f"dtype {dtype} has no nccl-tests name; known: {', '.join(DTYPES)}")
+
+
+def bench_row(collective: Collective, world_size: int, size: int, dtype: Any,
+              op: ReduceOp | None, root: int | None, seconds: float, wrong: int | None
+              ) -> BenchRow:
+    """The row for a run of ``size`` requested bytes that took ``seconds``."""
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"time must be finite and >= 0 seconds, got {seconds!r}")
+    itemsize = np.dtype(dtype).itemsize
+    moved = buffer_count(collective, world_size, size, itemsize)
+    count = moved // world_size if collective.kind in _SPLIT_KINDS else moved
+    nbytes = moved * itemsize
+    algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
+    return BenchRow(nbytes, count, type_name(dtype), "none" if op is None else op.value,
+                    -1 if root is None else root, seconds * 1e6, algbw,
+                    algbw * collective.bus_factor(world_size), wrong)
+
+
+# -- data check -------------------------------------------------------------------------
+
+# Largest power of two up to which every integer is exact, and the largest exponent.
+_FLOAT_EXACT = {np.dtype(np.float16): (2**11, 15), np.dtype(np.float32): (2**24, 127),
+                np.dtype(np.float64): (2**53, 1023)}
+
+
+def check_inputs(world_size: int, count: int, dtype: Any, op: ReduceOp | None,
+                 seed: int = 0) -> list[np.ndarray]:
+    """Deterministic per-rank inputs of ``count`` elements whose reduction is exact in any
+    order, so results compare exactly with the reference.
+
+    Small integers: float sums of values in -3..3 stay within the float's exact integers
+    (smaller values on many ranks; an error where even -1..1 could not), float products of
+    -2..2 are powers of two that cannot overflow (-1..1 where 2**p would), and integer types
+    wrap the same way in any order.
+    """
+    dtype = np.dtype(dtype)
+    exact, exponent = _FLOAT_EXACT.get(dtype, (None, None))
+    high = 3
+    if op is ReduceOp.PROD:
+        high = 1 if exponent is not None and world_size > exponent else 2
+    elif op in (ReduceOp.SUM, ReduceOp.AVG) and exact is not None:
+        high = min(3, exact // world_size)
+        if high < 1:
+            raise ValueError(f"--check cannot make {type_name(dtype)} sums exact on "
+                             f"{world_size} ranks (more than {exact})")
+    return [np.random.default_rng([seed, rank]).integers(-high, high + 1, count).astype(dtype)
+            for rank in range(world_size)]
+
+
+def count_wrong(collective: Collective, inputs: Sequence[np.ndarray],
+                results: Sequence[Any], op: ReduceOp | None, root: int | None,
+                params: Mapping[str, Any]) -> int:
+    """Elements that differ from the numpy reference, over all ranks with a defined result.
+
+    Exact comparison is right for ``check_inputs`` data. A missing result, or one of the
+    wrong length, counts every element it lacks or adds as wrong.
+    """
+    offered = dict(params)
+    if op is not None:
+        offered["op"] = op
+    if root is not None:
+        offered["root"] = root
+    accepted = inspect.signature(collective.reference).parameters
+    expected = collective.reference(
+        list(inputs), **{k: v for k, v in offered.items() if k in accepted})
+    wrong = 0
+    for want, got in zip(expected, results):
+        if want is None:
+            continue
+        if got is None:
+            wrong += len(want)
+            continue
+        got = np.asarray(got)
+        common = min(len(want), len(got))
+        wrong += int(np.count_nonzero(want[:common] != got[:common]))
+        wrong += abs(len(want) - len(got))
+    return wrong
+
+
+# -- output -----------------------------------------------------------------------------
+
+def _time_text(time_us: float) -> str:
+    # nccl-tests (src/common.cu) keeps the time column 7 wide: fewer decimals as it grows.
+    if time_us >= 10000.0:
+        return f"{time_us:7.0f}"
+    if time_us >= 100.0:
+        return f"{time_us:7.1f}"
+    return f"{time_us:7.2f}"
+
+
+def format_table(rows: Sequence[BenchRow], header_lines: Sequence[str] = ()) -> str:
+    """Rows as nccl-tests prints them, ``header_lines`` first as ``#`` comments."""
+    lines = [f"# {line}" for line in header_lines]
+    lines.append("#")
+    lines.append(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
+                 f"{'time':>7}  {'algbw':>6}  {'busbw':>6} {'#wrong':>6}")
+    lines.append(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  "
+                 f"{'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}".rstrip())
+    for row in rows:
+        wrong = "N/A" if row.wrong is None else f"{row.wrong:5g}"
+        lines.append(f"{row.size:12d}  {row.count:12d}  {row.type:>8}  {row.redop:>6}  "
+                     f"{row.root:6d}  {_time_text(row.time_us)}  {row.algbw_GBps:6.2f}  "
+                     f"{row.busbw_GBps:6.2f}  {wrong:>5}")
+    failed = sum(1 for row in rows if row.wrong)
+    average = sum(row.busbw_GBps for row in rows) / len(rows) if rows else 0.0
+    lines.append(f"# Out of bounds values : {failed} {'FAILED' if failed else 'OK'}")
+    lines.append(f"# Avg bus bandwidth    : {average:g}")
+    lines.append("#")
+    return "\n".join(lines) + "\n"
+
+
+def format_csv(rows: Sequence[BenchRow]) -> str:
+    """Rows as CSV under ``CSV_HEADER``; floats in full precision, unchecked wrong as N/A."""
+    lines = [CSV_HEADER]
+    for row in rows:
+        lines.append(",".join([
+            str(row.size), str(row.count), row.type, row.redop, str(row.root),
+            repr(row.time_us), repr(row.algbw_GBps), repr(row.busbw_GBps),
+            "N/A" if row.wrong is None else str(row.wrong)]))
+    return "\n".join(lines) + "\n"
+
+
+def format_json(rows: Sequence[BenchRow]) -> str:
+    """Rows as a JSON list of objects keyed by the CSV columns; unchecked wrong is null."""
+    return json.dumps([asdict(row) for row in rows], indent=2) + "\n"
+
+
+def format_rows(rows: Sequence[BenchRow], fmt: str, header_lines: Sequence[str] = ()) -> str:
+    """Rows in ``fmt`` (one of ``FORMATS``); only the table shows ``header_lines``."""
+    if fmt == "table":
+        return format_table(rows, header_lines)
+    if fmt == "csv":
+        return format_csv(rows)
+    if fmt == "json":
+        return format_json(rows)
+    raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
