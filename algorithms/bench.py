@@ -51,7 +51,6 @@ import argparse
 import inspect
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
@@ -61,6 +60,7 @@ import numpy as np
 
 from algorithms.catalog import Collective, get_collective
 from algorithms.ops import ReduceOp
+from algorithms.units import parse_bytes
 
 DTYPES: Mapping[str, np.dtype] = MappingProxyType({
     "half": np.dtype(np.float16), "float": np.dtype(np.float32),
@@ -78,29 +78,9 @@ _SPLIT_KINDS = ("allgather", "reducescatter", "alltoall")
 # Arguments a harness sets itself: never through --param.
 _FIXED_ARGUMENTS = ("comm", "x")
 
-_SIZE_UNITS = {
-    "": 1, "B": 1,
-    "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4,  # nccl-tests: -b 1M is 2**20
-    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-    "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
-}
-
-
-# -- sizes ------------------------------------------------------------------------------
-
 def parse_size(text: str) -> int:
     """Bytes from ``"1KiB"`` (1024), ``"1KB"`` (1000), ``"1K"`` (1024, as nccl-tests), ``"512"``."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    if not match:
-        raise ValueError(f"cannot read {text!r} as a size (e.g. 1MiB, 64KB, 512)")
-    scale = _SIZE_UNITS.get(match.group(2).upper())
-    if scale is None:
-        raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r} "
-                         "(use B, K, M, G, KB, MB, GB, KiB, MiB, GiB)")
-    size = float(match.group(1)) * scale
-    if size != int(size):
-        raise ValueError(f"size {text!r} is not a whole number of bytes")
-    return int(size)
+    return parse_bytes(text)
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:

@@ -219,7 +219,9 @@ def make_topology(kind: str, ranks: int, bandwidth: float, latency: float,
     if kind == "switch":
         return switch(ranks, bandwidth, latency, reduce_bandwidth)
     if kind == "hierarchical":
-        per_node = gpus_per_node or min(ranks, 8)
+        per_node = min(ranks, 8) if gpus_per_node is None else gpus_per_node
+        if not isinstance(per_node, int) or per_node < 1:
+            raise ValueError(f"hierarchical: gpus_per_node must be an int >= 1, got {per_node!r}")
         if ranks % per_node:
             raise ValueError(f"hierarchical: {ranks} ranks do not fill nodes of {per_node} GPUs")
         return hierarchical(ranks // per_node, per_node, bandwidth, latency,
