@@ -1,0 +1,341 @@
+"""Named topologies of machines people use, built from their published figures.
+
+A preset is named alone (``dgx-h100``) or with parameters after a colon, comma-separated
+(``cluster-h100:nodes=4``, ``fattree-h100:nodes=8,nodes_per_leaf=2,oversubscription=2``).
+``list_presets()`` says what there is, ``make_preset(spec)`` builds one, ``describe(topology)``
+summarises any topology in human units.
+
+How the figures become a model (docs/topologies.md has the whole story and the check):
+
+* A link's bandwidth is the data rate NCCL can reach on it, not the line rate: NVLink moves
+  128-byte payloads from the GPU's SMs, which leaves about 80% of the line rate for data.
+* A GPU-to-GPU latency is the per-step latency of NCCL's own cost model for the ring
+  algorithm with its Simple protocol, the one it uses for large messages.
+* A GPU's reduce bandwidth is its HBM bandwidth from the datasheet. This is a modelling
+  choice: the simulator charges a reduction after the chunk has arrived, where NCCL fuses it
+  into the transfer and hides it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+import numpy as np
+
+from algorithms import COLLECTIVES, ring_allreduce
+from simcomm.buffers import SizeOnly
+from simcomm.engine import simulate
+from simcomm.topology import Link, Topology, hierarchical, switch
+
+GB = 1e9  # bytes/second per GB/s
+US = 1e-6  # seconds per microsecond
+GIB = 1024**3
+
+# -- published figures ------------------------------------------------------------------------
+#
+# NVLink. A100 has 12 NVLinks (NVIDIA A100 datasheet: 600 GB/s both directions together),
+# H100 has 18 (NVIDIA H100 datasheet: 900 GB/s); each link's line rate is 25 GB/s per
+# direction. With the 128-byte payloads that SMs write, a link carries about 20 GB/s of data,
+# 240 GB/s for the 12 links of an A100 (S. Jeaugey, NCCL maintainer, NVIDIA/nccl-tests issue
+# #149). NCCL's topology model uses the same per-link figures: SM80_NVLINK_BW = 20.0 and
+# SM90_NVLINK_BW = 20.6 GB/s (NVIDIA/nccl, src/graph/topo.h).
+A100_NVLINKS = 12
+H100_NVLINKS = 18
+A100_NVLINK_DATA = 20.0 * GB
+H100_NVLINK_DATA = 20.6 * GB
+
+# PCIe Gen4 x16: 16 GT/s per lane, 128b/130b coding, so 31.5 GB/s per direction on the wire
+# (PCI Express Base Specification 4.0). NCCL models a PCIe link as width x rate / 80 GB/s with
+# a Gen4 lane rated 120 (in 100 Mb/s), i.e. 24 GB/s for x16 (NVIDIA/nccl, src/graph/topo.cc,
+# kvDictPciGen and ncclTopoAddPci); that is what this model uses.
+PCIE_GEN4_X16_DATA = 16 * 120 / 80 * GB
+
+# Network: DGX H100 has eight ConnectX-7 ports for the compute fabric, one per GPU (NVIDIA DGX
+# H100 User Guide, "Network Modules"), each InfiniBand NDR 400 Gb/s = 50 GB/s per direction.
+# An NCCL developer puts what a ConnectX-7 reaches at NDR rate at 48 to 49 GB/s
+# (NVIDIA/nccl-tests issue #267); the model takes the lower figure.
+NDR_NIC_DATA = 48 * GB
+
+# Per-step latencies of NCCL's cost model, ring algorithm, Simple protocol (hwLat in
+# NVIDIA/nccl, src/graph/tuning.cc): NVLink 3.4 us, PCIe 5.7 us, network 14 us.
+NVLINK_STEP_LATENCY = 3.4 * US
+PCIE_STEP_LATENCY = 5.7 * US
+NET_STEP_LATENCY = 14.0 * US
+# Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
+# Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
+# which already covers a message's whole trip across the network.
+SPINE_HOP_LATENCY = 0.0
+
+# HBM bandwidth from the datasheets: A100 80GB SXM 2,039 GB/s and A100 80GB PCIe 1,935 GB/s
+# (NVIDIA A100 Tensor Core GPU datasheet); H100 SXM 3.35 TB/s (NVIDIA H100 Tensor Core GPU
+# datasheet).
+A100_SXM_HBM = 2039 * GB
+A100_PCIE_HBM = 1935 * GB
+H100_SXM_HBM = 3350 * GB
+
+GPUS_PER_DGX = 8
+
+
+@dataclass(frozen=True)
+class Published:
+    """An all-reduce bus bandwidth that a machine reaches in nccl-tests, and where it is said."""
+
+    busbw: float  # bytes/second
+    source: str
+
+
+# nccl-tests all_reduce_perf busbw with NCCL's ring algorithm on one 8-GPU machine.
+PUBLISHED_BUSBW: Mapping[str, Published] = MappingProxyType({
+    "dgx-a100": Published(230 * GB, "NVIDIA/nccl-tests issue #149: S. Jeaugey, about 230 GB/s, "
+                                    "other GPU bottlenecks keeping it below 240 GB/s"),
+    "dgx-h100": Published(370 * GB, "NVIDIA/nccl-tests issue #212: S. Jeaugey, effective NVLink "
+                                    "bandwidth 370 GB/s, seen as busbw with NCCL_ALGO=RING"),
+})
+
+
+# -- builders ---------------------------------------------------------------------------------
+
+def _positive_int(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def dgx_a100() -> Topology:
+    """DGX A100 (640 GB): 8 A100 80GB SXM4 on NVSwitch."""
+    topo = switch(GPUS_PER_DGX, A100_NVLINKS * A100_NVLINK_DATA, NVLINK_STEP_LATENCY,
+                  A100_SXM_HBM)
+    return replace(topo, name="dgx-a100", _routes={})
+
+
+def dgx_h100() -> Topology:
+    """DGX H100: 8 H100 SXM5 on NVSwitch."""
+    topo = switch(GPUS_PER_DGX, H100_NVLINKS * H100_NVLINK_DATA, NVLINK_STEP_LATENCY,
+                  H100_SXM_HBM)
+    return replace(topo, name="dgx-h100", _routes={})
+
+
+def pcie_a100(gpus: int = 8) -> Topology:
+    """A100 80GB PCIe cards, each on a Gen4 x16 port of one PCIe switch, no NVLink."""
+    _positive_int("gpus", gpus)
+    topo = switch(gpus, PCIE_GEN4_X16_DATA, PCIE_STEP_LATENCY, A100_PCIE_HBM)
+    return replace(topo, name=f"pcie-a100:gpus={gpus}", _routes={})
+
+
+def cluster_h100(nodes: int = 2) -> Topology:
+    """DGX H100 nodes, every GPU's 400 Gb/s NIC on one network switch."""
+    _positive_int("nodes", nodes)
+    topo = hierarchical(nodes, GPUS_PER_DGX, H100_NVLINKS * H100_NVLINK_DATA,
+                        NVLINK_STEP_LATENCY, NDR_NIC_DATA, NET_STEP_LATENCY,
+                        nic_per_gpu=True, reduce_bandwidth=H100_SXM_HBM)
+    return replace(topo, name=f"cluster-h100:nodes={nodes}", _routes={})
+
+
+def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: float = 1.0
+                 ) -> Topology:
+    """DGX H100 nodes in a two-level fat-tree.
+
+    The eight NICs of a node go to its leaf switch, ``nodes_per_leaf`` nodes a leaf. A leaf's
+    uplink carries its downlinks' bandwidth divided by ``oversubscription``. The spine tier
+    is one node: the simulator routes a pair of ranks on one fixed path, so separate spine
+    switches would all see their traffic on the first; one spine with each leaf's whole uplink
+    bandwidth stands for traffic spread evenly over the spines (ideal ECMP).
+    """
+    _positive_int("nodes", nodes)
+    _positive_int("nodes_per_leaf", nodes_per_leaf)
+    if not (isinstance(oversubscription, (int, float)) and not isinstance(oversubscription, bool)
+            and math.isfinite(oversubscription) and oversubscription >= 1):
+        raise ValueError(f"oversubscription must be a number >= 1, got {oversubscription!r}")
+    if nodes % nodes_per_leaf:
+        raise ValueError(f"{nodes} nodes do not fill leaves of {nodes_per_leaf} nodes")
+    leaves = nodes // nodes_per_leaf
+    nvlink = H100_NVLINKS * H100_NVLINK_DATA
+    uplink = nodes_per_leaf * GPUS_PER_DGX * NDR_NIC_DATA / oversubscription
+    gpus = [f"gpu{i}" for i in range(nodes * GPUS_PER_DGX)]
+    links: list[Link] = []
+
+    def duplex(a: str, b: str, bandwidth: float, latency: float) -> None:
+        links.extend((Link(a, b, bandwidth, latency), Link(b, a, bandwidth, latency)))
+
+    for i, gpu in enumerate(gpus):
+        node = i // GPUS_PER_DGX
+        duplex(gpu, f"node{node}.switch", nvlink, NVLINK_STEP_LATENCY / 2)
+        duplex(gpu, f"leaf{node // nodes_per_leaf}", NDR_NIC_DATA, NET_STEP_LATENCY / 2)
+    for leaf in range(leaves):
+        duplex(f"leaf{leaf}", "spine", uplink, SPINE_HOP_LATENCY)
+    names = (gpus + [f"node{n}.switch" for n in range(nodes)]
+             + [f"leaf{leaf}" for leaf in range(leaves)] + ["spine"])
+    ratio = f"{oversubscription:g}"
+    if float(ratio) != oversubscription:  # keep the name exact, so it rebuilds this topology
+        ratio = repr(float(oversubscription))
+    name = (f"fattree-h100:nodes={nodes},nodes_per_leaf={nodes_per_leaf},"
+            f"oversubscription={ratio}")
+    return Topology(name, tuple(names), tuple(links), tuple(gpus),
+                    (H100_SXM_HBM,) * len(gpus))
+
+
+# -- the registry -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Preset:
+    """A named topology: its one-line description, its builder and the builder's parameters
+    as ``(name, default)`` pairs (an int default takes ints, a float default numbers)."""
+
+    name: str
+    description: str
+    build: Callable[..., Topology]
+    params: tuple[tuple[str, int | float], ...] = ()
+
+
+PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
+    Preset("dgx-a100", "8x A100 80GB SXM4 on NVSwitch: 240 GB/s NVLink data rate per GPU "
+           "per direction, HBM 2039 GB/s", dgx_a100),
+    Preset("dgx-h100", "8x H100 SXM5 on NVSwitch: 370.8 GB/s NVLink data rate per GPU per "
+           "direction, HBM 3350 GB/s", dgx_h100),
+    Preset("pcie-a100", "A100 80GB PCIe cards on one PCIe Gen4 x16 switch, 24 GB/s per GPU "
+           "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
+    Preset("cluster-h100", "DGX H100 nodes, one 400 Gb/s NIC per GPU into one network switch "
+           "(nodes=2)", cluster_h100, (("nodes", 2),)),
+    Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "
+           "(nodes=4, nodes_per_leaf=2, oversubscription=1)", fattree_h100,
+           (("nodes", 4), ("nodes_per_leaf", 2), ("oversubscription", 1.0))),
+)})
+
+
+def list_presets() -> list[tuple[str, str]]:
+    """``(name, one-line description)`` of every preset, in a stable order."""
+    return [(p.name, p.description) for p in PRESETS.values()]
+
+
+def is_preset_spec(spec: str) -> bool:
+    """Whether ``spec`` names a preset (with or without parameters)."""
+    return spec.partition(":")[0].strip() in PRESETS
+
+
+def make_preset(spec: str) -> Topology:
+    """Build a preset from ``NAME`` or ``NAME:key=value,key=value``."""
+    name, _, args = spec.partition(":")
+    name = name.strip()
+    preset = PRESETS.get(name)
+    if preset is None:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    params = dict(preset.params)
+    kwargs: dict[str, int | float] = {}
+    for item in filter(None, (part.strip() for part in args.split(","))):
+        key, eq, text = (s.strip() for s in item.partition("="))
+        if not eq:
+            raise ValueError(f"preset {name!r}: write parameters as key=value, got {item!r}")
+        if key not in params:
+            takes = ", ".join(params) or "no parameters"
+            raise ValueError(f"preset {name!r} has no parameter {key!r} (it takes: {takes})")
+        if key in kwargs:
+            raise ValueError(f"preset {name!r}: parameter {key!r} given twice")
+        kwargs[key] = _parse_param(name, key, text, params[key])
+    try:
+        return preset.build(**kwargs)
+    except ValueError as error:
+        raise ValueError(f"preset {name!r}: {error}") from None
+
+
+def _parse_param(preset: str, key: str, text: str, default: int | float) -> int | float:
+    try:
+        if isinstance(default, int):
+            return int(text)
+        value = float(text)
+    except ValueError:
+        kind = "an int" if isinstance(default, int) else "a number"
+        raise ValueError(f"preset {preset!r}: {key} must be {kind}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"preset {preset!r}: {key} must be finite, got {text!r}")
+    return value
+
+
+# -- summaries --------------------------------------------------------------------------------
+
+def _pattern(node: str) -> str:
+    return re.sub(r"\d+", "N", node)
+
+
+def _gbps(bandwidth: float) -> str:
+    return "inf" if math.isinf(bandwidth) else f"{bandwidth / GB:.4g} GB/s"
+
+
+def _us(latency: float) -> str:
+    return f"{latency / US:.4g} us"
+
+
+def describe(topology: Topology) -> str:
+    """A readable summary: nodes, links grouped by class (bandwidth in GB/s per direction,
+    latency in us), reduce bandwidths and ranks.
+
+    Links fall in one class when their ends match after replacing digits by ``N`` and their
+    bandwidth and latency agree; a class whose reverse class has as many links is shown once,
+    as ``<->``.
+    """
+    ranked = set(topology.ranks)
+    others = [n for n in topology.nodes if n not in ranked]
+    lines = [f"{topology.name}: {topology.size} ranks, {len(topology.nodes)} nodes "
+             f"({len(others)} without a rank), {len(topology.links)} links"]
+    classes = Counter((_pattern(link.src), _pattern(link.dst), link.bandwidth, link.latency)
+                      for link in topology.links)
+    rows, shown = [], set()
+    for key, count in classes.items():
+        if key in shown:
+            continue
+        src, dst, bandwidth, latency = key
+        back = (dst, src, bandwidth, latency)
+        if back != key and classes.get(back) == count:
+            shown.add(back)
+            rows.append((f"{src} <-> {dst}", 2 * count, bandwidth, latency))
+        else:
+            rows.append((f"{src} -> {dst}", count, bandwidth, latency))
+    width = max((len(r[0]) for r in rows), default=0)
+    lines.append("links (bandwidth per direction, latency per link):")
+    for label, count, bandwidth, latency in rows:
+        lines.append(f"  {label:<{width}}  {count:>5} links  {_gbps(bandwidth):>12}  "
+                     f"{_us(latency):>9}")
+    reduce = Counter(topology.reduce_bandwidth)
+    if len(reduce) == 1:
+        lines.append(f"reduce bandwidth: {_gbps(topology.reduce_bandwidth[0])} on every rank")
+    else:
+        lines.append("reduce bandwidth: " + ", ".join(
+            f"{_gbps(bw)} on {n} rank{'s' * (n > 1)}" for bw, n in reduce.most_common()))
+    shown_ranks = " ".join(topology.ranks[:16])
+    more = topology.size - 16
+    lines.append(f"ranks 0..{topology.size - 1} on: {shown_ranks}"
+                 + (f" ... ({more} more)" if more > 0 else ""))
+    return "\n".join(lines)
+
+
+# -- the check against published figures ------------------------------------------------------
+
+def ring_allreduce_busbw(topology: Topology, nbytes: int = GIB) -> float:
+    """Simulated nccl-tests bus bandwidth (bytes/second) of ``ring_allreduce`` of ``nbytes``
+    of float32 on ``topology``: ``nbytes / time * 2(p-1)/p``."""
+    count = nbytes // np.dtype(np.float32).itemsize
+    inputs = [SizeOnly(count, np.float32) for _ in range(topology.size)]
+    result = simulate(ring_allreduce, inputs, topology, record=False)
+    factor = COLLECTIVES["ring_allreduce"].bus_factor(topology.size)
+    return count * 4 / result.time * factor
+
+
+def busbw_table(nbytes: int = GIB) -> str:
+    """A markdown table: each preset with a published busbw, its simulated ring all-reduce
+    busbw at ``nbytes`` and the relative error."""
+    lines = ["| preset | simulated busbw | published busbw | error |",
+             "| --- | ---: | ---: | ---: |"]
+    for name, published in PUBLISHED_BUSBW.items():
+        simulated = ring_allreduce_busbw(make_preset(name), nbytes)
+        error = simulated / published.busbw - 1
+        lines.append(f"| {name} | {simulated / GB:.1f} GB/s | {published.busbw / GB:.0f} GB/s "
+                     f"| {error:+.1%} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(busbw_table())

@@ -1,0 +1,451 @@
+"""Topology files: a TOML format for writing down your own cluster by hand.
+
+Two forms. The explicit form lists nodes and links::
+
+    name = "two-gpus"
+    gpus = ["gpu0", "gpu1"]          # nodes that hold ranks; or a count: gpus = 2
+    switches = ["sw"]                # other nodes (optional)
+    ranks = ["gpu1", "gpu0"]         # rank order (optional; default: the gpus in order)
+
+    [defaults]                       # for every link and GPU that does not say otherwise
+    bandwidth = "100GB/s"            # per direction
+    latency = "2us"
+    duplex = true                    # a link entry makes both directions (default true)
+    reduce_bandwidth = "2TB/s"       # default: inf (reductions are free)
+
+    [reduce_bandwidth]               # per GPU (optional)
+    gpu1 = "1TB/s"
+
+    [[link]]
+    src = ["gpu0", "gpu1"]           # a name or a list: one link per (src, dst) pair
+    dst = "sw"
+    latency = "1us"                  # overrides [defaults]
+
+Instead of ``gpus`` and ``switches`` a file may list ``nodes`` (every node, in order) with
+``ranks``. The builder form names a builder of ``simcomm.topology`` and its parameters::
+
+    kind = "switch"                  # ring, fully_connected, switch or hierarchical
+    ranks = 8
+    bandwidth = "370.8GB/s"
+    latency = "3.4us"
+    reduce_bandwidth = "3350GB/s"
+
+Bandwidths and latencies need units (``100GB/s``, ``400Gbps``, ``2us``). Mistakes raise
+``TopologyFileError`` naming the file and the key. ``dump_topology`` writes the explicit form,
+exactly: loading what it wrote gives an equal ``Topology``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from simcomm.presets import PRESETS, is_preset_spec, make_preset
+from simcomm.topology import (
+    Link, Topology, fully_connected, hierarchical, ring, switch,
+)
+from simcomm.units import parse_bandwidth, parse_seconds
+
+
+class TopologyFileError(ValueError):
+    """A topology file that cannot be read; the message names the file and the key."""
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+_EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "defaults", "reduce_bandwidth",
+                  "link")
+_DEFAULTS_KEYS = ("bandwidth", "latency", "duplex", "reduce_bandwidth")
+_LINK_KEYS = ("src", "dst", "bandwidth", "latency", "duplex")
+
+
+class _Reader:
+    """Checks values of one file, so every error can name the file and the key."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def error(self, key: str, problem: str) -> TopologyFileError:
+        where = f"{key}: " if key else ""
+        return TopologyFileError(f"{self.source}: {where}{problem}")
+
+    def check_keys(self, table: dict[str, Any], allowed: Iterable[str], where: str) -> None:
+        allowed = tuple(allowed)
+        for key in table:
+            if key not in allowed:
+                raise self.error(f"{where}{key}", f"unknown key (allowed here: "
+                                                  f"{', '.join(allowed)})")
+
+    def table(self, value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.error(key, f"must be a table, got {value!r}")
+        return value
+
+    def name(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.error(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def names(self, value: Any, key: str) -> list[str]:
+        if isinstance(value, str):
+            return [self.name(value, key)]
+        if not isinstance(value, list) or not value:
+            raise self.error(key, f"must be a name or a non-empty list of names, got {value!r}")
+        return [self.name(v, f"{key}[{i}]") for i, v in enumerate(value)]
+
+    def count(self, value: Any, key: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.error(key, f"must be an integer >= 1, got {value!r}")
+        return value
+
+    def flag(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(key, f"must be true or false, got {value!r}")
+        return value
+
+    def bandwidth(self, value: Any, key: str) -> float:
+        if not isinstance(value, str):
+            raise self.error(key, f"must be a string with a unit, e.g. \"100GB/s\", "
+                                  f"got {value!r}")
+        try:
+            return parse_bandwidth(value)
+        except ValueError as error:
+            raise self.error(key, str(error)) from None
+
+    def latency(self, value: Any, key: str) -> float:
+        if not isinstance(value, str) or not re.search(r"[a-zA-Zµ]", value):
+            raise self.error(key, f"must be a string with a unit, e.g. \"5us\", got {value!r}")
+        try:
+            seconds = parse_seconds(value)
+        except ValueError as error:
+            raise self.error(key, str(error)) from None
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise self.error(key, f"must be finite and >= 0, got {value!r}")
+        return seconds
+
+
+def parse_topology(text: str, source: str = "<string>", default_name: str = "topology"
+                   ) -> Topology:
+    """Read a topology from the text of a TOML file; ``source`` names it in errors."""
+    reader = _Reader(source)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise reader.error("", f"not valid TOML: {error}") from None
+    name = reader.name(data["name"], "name") if "name" in data else default_name
+    if "kind" in data:
+        topology = _from_builder(reader, data, name)
+    else:
+        topology = _from_tables(reader, data, name)
+    _check_routes(reader, topology)
+    return topology
+
+
+def load_topology_file(path: str | os.PathLike[str]) -> Topology:
+    """Read a topology file; its name defaults to the file's stem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise TopologyFileError(f"cannot read topology file {str(path)!r}: {error}") from None
+    return parse_topology(text, source=str(path), default_name=path.stem)
+
+
+def load_topology(name_or_path: str | os.PathLike[str]) -> Topology:
+    """A preset (``dgx-h100``, ``cluster-h100:nodes=4``) or a topology file (``my.toml``).
+
+    A preset name wins over a file of the same name; write ``./NAME`` for the file.
+    """
+    if isinstance(name_or_path, str):
+        if is_preset_spec(name_or_path):
+            return make_preset(name_or_path)
+        if not (name_or_path.endswith(".toml") or os.path.exists(name_or_path)):
+            raise ValueError(f"{name_or_path!r} is neither a preset ({', '.join(PRESETS)}) "
+                             "nor a topology file (.toml)")
+    return load_topology_file(name_or_path)
+
+
+def _from_tables(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
+    reader.check_keys(data, _EXPLICIT_KEYS, "")
+    nodes, rank_nodes = _read_nodes(reader, data)
+    known = set(nodes)
+    defaults = _read_defaults(reader, reader.table(data.get("defaults", {}), "defaults"))
+    links: list[Link] = []
+    entries = data.get("link", [])
+    if not isinstance(entries, list):
+        raise reader.error("link", "must be a list of tables ([[link]] entries)")
+    for i, entry in enumerate(entries):
+        links += _read_link(reader, reader.table(entry, f"link[{i}]"), f"link[{i}]", defaults,
+                            known)
+    reduce_default = defaults.get("reduce_bandwidth", math.inf)
+    per_gpu = data.get("reduce_bandwidth", {})
+    if not isinstance(per_gpu, dict):
+        raise reader.error("reduce_bandwidth", "must be a table of GPU = bandwidth; a reduce "
+                                               "bandwidth for every GPU goes in [defaults]")
+    for gpu in per_gpu:
+        if gpu not in rank_nodes:
+            raise reader.error(f"reduce_bandwidth.{gpu}", "names no node that holds a rank")
+    reduce = tuple(reader.bandwidth(per_gpu[g], f"reduce_bandwidth.{g}") if g in per_gpu
+                   else reduce_default for g in rank_nodes)
+    try:
+        return Topology(name, tuple(nodes), tuple(links), tuple(rank_nodes), reduce)
+    except ValueError as error:
+        raise reader.error("", str(error)) from None
+
+
+def _read_nodes(reader: _Reader, data: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """All nodes in order, and the node of each rank."""
+    if "nodes" in data:
+        for key in ("gpus", "switches"):
+            if key in data:
+                raise reader.error(key, "give either nodes (with ranks) or gpus and switches, "
+                                        "not both")
+        if "ranks" not in data:
+            raise reader.error("ranks", "missing key: a file that lists nodes must list ranks")
+        nodes = reader.names(data["nodes"], "nodes")
+        candidates = nodes
+        origin = ["nodes"] * len(nodes)
+    elif "gpus" in data:
+        gpus = data["gpus"]
+        candidates = ([f"gpu{i}" for i in range(reader.count(gpus, "gpus"))]
+                      if isinstance(gpus, int) else reader.names(gpus, "gpus"))
+        switches = reader.names(data["switches"], "switches") if "switches" in data else []
+        nodes = candidates + switches
+        origin = ["gpus"] * len(candidates) + ["switches"] * len(switches)
+    else:
+        raise reader.error("gpus", "missing key: declare the GPUs (gpus = 8 or a list of "
+                                   "names), or nodes with ranks")
+    seen: set[str] = set()
+    for node, key in zip(nodes, origin):
+        if node in seen:
+            raise reader.error(key, f"node {node!r} is declared twice")
+        seen.add(node)
+    if "ranks" not in data:
+        return nodes, candidates
+    ranks = reader.names(data["ranks"], "ranks")
+    allowed = set(candidates)
+    placed: set[str] = set()
+    for r, node in enumerate(ranks):
+        if node not in allowed:
+            raise reader.error(f"ranks[{r}]", f"{node!r} is not a declared "
+                                              f"{'node' if 'nodes' in data else 'GPU'}")
+        if node in placed:
+            raise reader.error(f"ranks[{r}]", f"{node!r} already holds a rank")
+        placed.add(node)
+    return nodes, ranks
+
+
+def _read_defaults(reader: _Reader, table: dict[str, Any]) -> dict[str, Any]:
+    reader.check_keys(table, _DEFAULTS_KEYS, "defaults.")
+    parsers = {"bandwidth": reader.bandwidth, "latency": reader.latency, "duplex": reader.flag,
+               "reduce_bandwidth": reader.bandwidth}
+    return {key: parsers[key](value, f"defaults.{key}") for key, value in table.items()}
+
+
+def _read_link(reader: _Reader, entry: dict[str, Any], where: str, defaults: dict[str, Any],
+               known: set[str]) -> list[Link]:
+    reader.check_keys(entry, _LINK_KEYS, f"{where}.")
+    ends = {}
+    for end in ("src", "dst"):
+        if end not in entry:
+            raise reader.error(f"{where}.{end}", "missing key")
+        ends[end] = reader.names(entry[end], f"{where}.{end}")
+        for node in ends[end]:
+            if node not in known:
+                raise reader.error(f"{where}.{end}", f"unknown node {node!r}")
+    figures = {}
+    for key, parse in (("bandwidth", reader.bandwidth), ("latency", reader.latency)):
+        if key in entry:
+            figures[key] = parse(entry[key], f"{where}.{key}")
+        elif key in defaults:
+            figures[key] = defaults[key]
+        else:
+            raise reader.error(f"{where}.{key}", "missing key (and [defaults] gives none)")
+    duplex = (reader.flag(entry["duplex"], f"{where}.duplex") if "duplex" in entry
+              else defaults.get("duplex", True))
+    links = []
+    for src in ends["src"]:
+        for dst in ends["dst"]:
+            if src == dst:
+                if len(ends["src"]) == 1 and len(ends["dst"]) == 1:
+                    raise reader.error(where, f"src and dst are both {src!r}")
+                continue
+            links.append(Link(src, dst, figures["bandwidth"], figures["latency"]))
+            if duplex:
+                links.append(Link(dst, src, figures["bandwidth"], figures["latency"]))
+    return links
+
+
+# Builder parameters: (key, reader method name, required). Optional ones take the builder's
+# own default.
+_FLAT = (("ranks", "count", True), ("bandwidth", "bandwidth", True),
+         ("latency", "latency", True), ("reduce_bandwidth", "bandwidth", False))
+_BUILDERS: Mapping[str, tuple[Callable[..., Topology], tuple[tuple[str, str, bool], ...]]] = (
+    MappingProxyType({
+        "ring": (ring, _FLAT),
+        "fully_connected": (fully_connected, _FLAT),
+        "switch": (switch, _FLAT),
+        "hierarchical": (hierarchical, (
+            ("nodes", "count", True), ("gpus_per_node", "count", True),
+            ("intra_bandwidth", "bandwidth", True), ("intra_latency", "latency", True),
+            ("inter_bandwidth", "bandwidth", True), ("inter_latency", "latency", True),
+            ("nic_per_gpu", "flag", False), ("reduce_bandwidth", "bandwidth", False))),
+    }))
+
+
+def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
+    kind = data["kind"]
+    if not isinstance(kind, str) or kind not in _BUILDERS:
+        raise reader.error("kind", f"unknown builder {kind!r} (known: {', '.join(_BUILDERS)})")
+    build, params = _BUILDERS[kind]
+    reader.check_keys(data, ("kind", "name") + tuple(p[0] for p in params), "")
+    kwargs = {}
+    for key, parse, required in params:
+        if key in data:
+            kwargs[key] = getattr(reader, parse)(data[key], key)
+        elif required:
+            raise reader.error(key, f"missing key (kind = {kind!r} needs it)")
+    try:
+        topology = build(**kwargs)
+    except ValueError as error:
+        raise reader.error("", str(error)) from None
+    return Topology(name, topology.nodes, topology.links, topology.ranks,
+                    topology.reduce_bandwidth)
+
+
+def _check_routes(reader: _Reader, topology: Topology) -> None:
+    """Every rank must reach every other: rank 0 reaches all and all reach rank 0."""
+    forward: dict[str, list[str]] = {}
+    backward: dict[str, list[str]] = {}
+    for link in topology.links:
+        forward.setdefault(link.src, []).append(link.dst)
+        backward.setdefault(link.dst, []).append(link.src)
+    first = topology.ranks[0]
+    for graph, outbound in ((forward, True), (backward, False)):
+        reached, frontier = {first}, [first]
+        while frontier:
+            for nxt in graph.get(frontier.pop(), ()):
+                if nxt not in reached:
+                    reached.add(nxt)
+                    frontier.append(nxt)
+        for r, node in enumerate(topology.ranks):
+            if node not in reached:
+                a, b = (0, r) if outbound else (r, 0)
+                raise reader.error("link", f"no route from rank {a} "
+                                           f"({topology.ranks[a]}) to rank {b} "
+                                           f"({topology.ranks[b]})")
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+def _toml_string(text: str) -> str:
+    escaped = []
+    for ch in text:
+        if ch in '"\\':
+            escaped.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            escaped.append(f"\\u{ord(ch):04x}")
+        else:
+            escaped.append(ch)
+    return '"' + "".join(escaped) + '"'
+
+
+def _toml_list(items: Iterable[str]) -> str:
+    return "[" + ", ".join(_toml_string(i) for i in items) + "]"
+
+
+def _exact(value: float, units: tuple[tuple[float, str], ...],
+           parse: Callable[[str], float]) -> str:
+    """The shortest text of ``value`` in one of ``units`` that ``parse`` reads back to exactly
+    ``value``; ties go to the earlier unit. 17 significant digits always read back."""
+    exact = []
+    for scale, unit in units:
+        scaled = value / scale
+        for digits in range(1, 18):
+            text = f"{scaled:.{digits}g}{unit}"
+            try:
+                if parse(text) == value:
+                    exact.append(text)
+            except ValueError:
+                continue
+    if not exact:
+        raise ValueError(f"cannot write {value!r} exactly")
+    return min(exact, key=len)
+
+
+def format_bandwidth(bandwidth: float) -> str:
+    """Bytes/second as a string that ``parse_bandwidth`` reads back exactly."""
+    if math.isinf(bandwidth):
+        return "inf"
+    return _exact(bandwidth, ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "KB/s"), (1.0, "B/s")),
+                  parse_bandwidth)
+
+
+def format_latency(seconds: float) -> str:
+    """Seconds as a string that ``parse_seconds`` reads back exactly."""
+    return _exact(seconds, ((1e-6, "us"), (1e-9, "ns"), (1e-3, "ms"), (1.0, "s")),
+                  parse_seconds)
+
+
+def dump_topology(topology: Topology) -> str:
+    """The topology as a topology file in the explicit form.
+
+    The most common link bandwidth, latency and reduce bandwidth become ``defaults``; a
+    link followed by its exact reverse is written once, as a duplex entry, so link order
+    (which breaks routing ties) survives.
+    """
+    lines = ["# simcomm topology file: see docs/topologies.md",
+             f"name = {_toml_string(topology.name)}"]
+    ranked = set(topology.ranks)
+    gpus = [n for n in topology.nodes if n in ranked]
+    switches = [n for n in topology.nodes if n not in ranked]
+    if gpus + switches == list(topology.nodes):
+        lines.append(f"gpus = {_toml_list(gpus)}")
+        if switches:
+            lines.append(f"switches = {_toml_list(switches)}")
+        if list(topology.ranks) != gpus:
+            lines.append(f"ranks = {_toml_list(topology.ranks)}")
+    else:
+        lines.append(f"nodes = {_toml_list(topology.nodes)}")
+        lines.append(f"ranks = {_toml_list(topology.ranks)}")
+    links = topology.links
+    reduce_default = Counter(topology.reduce_bandwidth).most_common(1)[0][0]
+    defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}
+    bandwidth = latency = None
+    if links:
+        bandwidth = Counter(link.bandwidth for link in links).most_common(1)[0][0]
+        latency = Counter(link.latency for link in links).most_common(1)[0][0]
+        defaults = {"bandwidth": format_bandwidth(bandwidth),
+                    "latency": format_latency(latency), **defaults}
+    lines.append("defaults = { " + ", ".join(f"{k} = {_toml_string(v)}"
+                                             for k, v in defaults.items()) + " }")
+    overrides = [f"{_toml_string(node)} = {_toml_string(format_bandwidth(bw))}"
+                 for node, bw in zip(topology.ranks, topology.reduce_bandwidth)
+                 if bw != reduce_default]
+    if overrides:
+        lines.append("reduce_bandwidth = { " + ", ".join(overrides) + " }")
+    lines.append("link = [")
+    i = 0
+    while i < len(links):
+        link = links[i]
+        fields = [f"src = {_toml_string(link.src)}", f"dst = {_toml_string(link.dst)}"]
+        if link.bandwidth != bandwidth:
+            fields.append(f"bandwidth = {_toml_string(format_bandwidth(link.bandwidth))}")
+        if link.latency != latency:
+            fields.append(f"latency = {_toml_string(format_latency(link.latency))}")
+        reverse = Link(link.dst, link.src, link.bandwidth, link.latency)
+        if i + 1 < len(links) and links[i + 1] == reverse:
+            i += 2
+        else:
+            fields.append("duplex = false")
+            i += 1
+        lines.append("  { " + ", ".join(fields) + " },")
+    lines.append("]")
+    return "\n".join(lines) + "\n"

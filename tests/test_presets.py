@@ -1,0 +1,139 @@
+"""Presets: they build, simulate, parse their parameters, and the DGX ones land near the
+all-reduce bus bandwidth that nccl-tests reaches on the real machines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from algorithms import ring_allreduce
+from simcomm import Link, SizeOnly, Topology, simulate
+from simcomm.presets import (
+    GB, PUBLISHED_BUSBW, US, describe, list_presets, make_preset, ring_allreduce_busbw,
+)
+
+PRESET_NAMES = [name for name, _ in list_presets()]
+
+
+def _route(topology, src, dst):
+    return [(topology.links[i].src, topology.links[i].dst) for i in topology.route(src, dst)]
+
+
+def test_list_presets_names_the_required_machines_with_one_line_each():
+    assert {"dgx-a100", "dgx-h100", "pcie-a100", "cluster-h100", "fattree-h100"} <= set(
+        PRESET_NAMES)
+    for name, description in list_presets():
+        assert description and "\n" not in description, name
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_every_preset_builds_and_all_reduces_correctly(name):
+    topology = make_preset(name)
+    rng = np.random.default_rng(0)
+    inputs = [rng.integers(-9, 9, size=37).astype(np.float32) for _ in range(topology.size)]
+    result = simulate(ring_allreduce, inputs, topology, record=False)
+    expected = np.sum(inputs, axis=0)
+    for got in result.results:
+        np.testing.assert_array_equal(got, expected)
+    assert 0 < result.time < 1
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_BUSBW))
+def test_dgx_ring_allreduce_busbw_within_ten_percent_of_nccl_tests(name):
+    # A property of the preset's documented figures (link data rate, step latency, HBM), not
+    # a timing of this code: 1 GiB of float32, nccl-tests' bus bandwidth formula.
+    simulated = ring_allreduce_busbw(make_preset(name))
+    published = PUBLISHED_BUSBW[name].busbw
+    assert abs(simulated / published - 1) <= 0.10, (name, simulated / GB)
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_no_preset_beats_the_bus_bandwidth_of_its_gpu_links(name):
+    topology = make_preset(name)
+    slowest_egress = min(topology.egress_bandwidth(r) for r in range(topology.size))
+    assert ring_allreduce_busbw(topology, 64 * 1024**2) <= slowest_egress
+
+
+def test_dgx_h100_figures():
+    topology = make_preset("dgx-h100")
+    assert topology.size == 8
+    assert all(link.bandwidth == pytest.approx(18 * 20.6 * GB) for link in topology.links)
+    # GPU to GPU: two links of half the NCCL step latency each
+    assert sum(topology.links[i].latency for i in topology.route(0, 5)) == pytest.approx(3.4 * US)
+    assert set(topology.reduce_bandwidth) == {3350 * GB}
+
+
+def test_preset_parameters_are_parsed_and_named_canonically():
+    topology = make_preset("cluster-h100:nodes=3")
+    assert topology.size == 24
+    assert topology.name == "cluster-h100:nodes=3"
+    assert make_preset("cluster-h100").name == "cluster-h100:nodes=2"
+    assert make_preset(" pcie-a100 : gpus = 4 ").size == 4
+    for spec in ("fattree-h100", "fattree-h100:oversubscription=1.2345678912345"):
+        assert make_preset(make_preset(spec).name) == make_preset(spec)
+
+
+def test_cluster_routes_inside_a_node_over_nvlink_and_across_nodes_over_the_nics():
+    topology = make_preset("cluster-h100:nodes=2")
+    assert _route(topology, 0, 1) == [("gpu0", "node0.switch"), ("node0.switch", "gpu1")]
+    assert _route(topology, 7, 8) == [("gpu7", "net"), ("net", "gpu8")]
+
+
+def test_fattree_uplinks_follow_the_oversubscription():
+    topology = make_preset("fattree-h100:nodes=8,nodes_per_leaf=4,oversubscription=2")
+    assert topology.size == 64
+    uplinks = [link for link in topology.links if link.src.startswith("leaf")
+               and link.dst == "spine"]
+    assert len(uplinks) == 2
+    assert {link.bandwidth for link in uplinks} == {4 * 8 * 48 * GB / 2}
+    assert _route(topology, 8, 16) == [("gpu8", "leaf0"), ("leaf0", "gpu16")]
+    assert _route(topology, 0, 63) == [("gpu0", "leaf0"), ("leaf0", "spine"),
+                                       ("spine", "leaf1"), ("leaf1", "gpu63")]
+    assert _route(topology, 0, 7) == [("gpu0", "node0.switch"), ("node0.switch", "gpu7")]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("dgx-b200", "unknown preset 'dgx-b200'"),
+    ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: no parameters)"),
+    ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes)"),
+    ("cluster-h100:nodes=two", "nodes must be an int, got 'two'"),
+    ("cluster-h100:nodes=1.5", "nodes must be an int"),
+    ("cluster-h100:nodes=0", "nodes must be an int >= 1"),
+    ("cluster-h100:nodes", "write parameters as key=value"),
+    ("cluster-h100:nodes=2,nodes=3", "given twice"),
+    ("fattree-h100:nodes=5,nodes_per_leaf=2", "5 nodes do not fill leaves of 2 nodes"),
+    ("fattree-h100:oversubscription=0.5", "oversubscription must be a number >= 1"),
+    ("fattree-h100:oversubscription=inf", "must be finite"),
+])
+def test_bad_preset_specs_say_what_is_wrong(spec, message):
+    with pytest.raises(ValueError, match="preset") as info:
+        make_preset(spec)
+    assert message in str(info.value)
+
+
+def test_describe_shows_link_classes_in_human_units():
+    text = describe(make_preset("cluster-h100:nodes=2"))
+    assert text.splitlines()[0] == ("cluster-h100:nodes=2: 16 ranks, 19 nodes "
+                                    "(3 without a rank), 64 links")
+    assert "gpuN <-> nodeN.switch     32 links    370.8 GB/s     1.7 us" in text
+    assert "gpuN <-> net              32 links       48 GB/s       7 us" in text
+    assert "reduce bandwidth: 3350 GB/s on every rank" in text
+    assert "ranks 0..15 on: gpu0 gpu1" in text
+
+
+def test_describe_shows_one_way_links_and_mixed_reduce_bandwidths():
+    topology = Topology("t", ("a", "b"), (Link("a", "b", 2e9, 1e-6), Link("b", "a", 1e9, 1e-6)),
+                        ("a", "b"), (1e9, float("inf")))
+    text = describe(topology)
+    assert "a -> b" in text and "b -> a" in text
+    assert "reduce bandwidth: 1 GB/s on 1 rank, inf on 1 rank" in text
+
+
+def test_size_only_busbw_matches_the_closed_form_on_dgx_a100():
+    # 2(p-1) steps of alpha + n/(pB), plus p-1 reductions of n/p at the HBM rate.
+    topology = make_preset("dgx-a100")
+    n, p = 1024**3, 8
+    alpha, bandwidth, hbm = 3.4 * US, 240 * GB, 2039 * GB
+    time = 2 * (p - 1) * (alpha + n / p / bandwidth) + (p - 1) * n / p / hbm
+    result = simulate(ring_allreduce, [SizeOnly(n // 4)] * p, topology, record=False)
+    assert result.time == pytest.approx(time, rel=1e-12)

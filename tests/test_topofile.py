@@ -1,0 +1,271 @@
+"""Topology files: a hand-written file reads as intended, every topology survives
+dump -> load unchanged, and each kind of mistake is reported with the file and the key."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from simcomm import Link, Topology, parse_bandwidth, parse_seconds, switch
+from simcomm.presets import list_presets, make_preset
+from simcomm.topofile import (
+    TopologyFileError, dump_topology, format_bandwidth, format_latency, load_topology,
+    parse_topology,
+)
+
+LAB_PAIR = """\
+# Two lab servers, 4 GPUs each on a PCIe switch, joined through one 100 Gb/s NIC per server.
+name = "lab-pair"
+gpus = ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
+switches = ["a.pcie", "b.pcie", "ethernet"]
+
+[defaults]
+bandwidth = "24GB/s"
+latency = "2.85us"
+reduce_bandwidth = "1935GB/s"
+
+[reduce_bandwidth]
+b3 = "1555GB/s"
+
+[[link]]
+src = ["a0", "a1", "a2", "a3"]
+dst = "a.pcie"
+
+[[link]]
+src = ["b0", "b1", "b2", "b3"]
+dst = "b.pcie"
+
+[[link]]
+src = ["a.pcie", "b.pcie"]
+dst = "ethernet"
+bandwidth = "100Gbps"
+latency = "7us"
+"""
+
+
+def test_hand_written_file_reads_as_written():
+    topology = parse_topology(LAB_PAIR)
+    assert topology.name == "lab-pair"
+    assert topology.nodes == ("a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3", "a.pcie",
+                              "b.pcie", "ethernet")
+    assert topology.ranks == topology.nodes[:8]
+    assert topology.reduce_bandwidth == (1935e9,) * 7 + (1555e9,)
+    assert len(topology.links) == 20
+    assert topology.links[:2] == (Link("a0", "a.pcie", 24e9, 2.85e-6),
+                                  Link("a.pcie", "a0", 24e9, 2.85e-6))
+    assert topology.links[-1] == Link("ethernet", "b.pcie", 12.5e9, 7e-6)
+    path = [(topology.links[i].src, topology.links[i].dst) for i in topology.route(3, 4)]
+    assert path == [("a3", "a.pcie"), ("a.pcie", "ethernet"), ("ethernet", "b.pcie"),
+                    ("b.pcie", "b0")]
+
+
+def test_hand_written_file_round_trips():
+    topology = parse_topology(LAB_PAIR)
+    assert parse_topology(dump_topology(topology)) == topology
+
+
+@pytest.mark.parametrize("spec", [name for name, _ in list_presets()] + [
+    "cluster-h100:nodes=3", "fattree-h100:nodes=6,nodes_per_leaf=3,oversubscription=1.5",
+    "pcie-a100:gpus=1"])
+def test_every_preset_round_trips(spec):
+    topology = make_preset(spec)
+    assert parse_topology(dump_topology(topology)) == topology
+
+
+def test_ranks_and_nodes_forms():
+    text = """
+nodes = ["sw", "x", "y"]
+ranks = ["y", "x"]
+defaults = { bandwidth = "1GB/s", latency = "1us" }
+link = [{ src = ["x", "y"], dst = "sw" }]
+"""
+    topology = parse_topology(text)
+    assert topology.nodes == ("sw", "x", "y")
+    assert topology.ranks == ("y", "x")
+    assert topology.reduce_bandwidth == (math.inf, math.inf)
+    assert topology.name == "topology"
+    dumped = dump_topology(topology)
+    assert "nodes = " in dumped  # the switch comes first, so gpus/switches cannot say it
+    assert parse_topology(dumped) == topology
+
+
+def test_gpu_count_and_one_way_links():
+    text = """
+gpus = 3
+[defaults]
+bandwidth = "50GB/s"
+latency = "1us"
+duplex = false
+[[link]]
+src = ["gpu0", "gpu1", "gpu2"]
+dst = ["gpu0", "gpu1", "gpu2"]
+"""
+    topology = parse_topology(text)
+    assert topology.ranks == ("gpu0", "gpu1", "gpu2")
+    assert [(link.src, link.dst) for link in topology.links] == [
+        ("gpu0", "gpu1"), ("gpu0", "gpu2"), ("gpu1", "gpu0"), ("gpu1", "gpu2"),
+        ("gpu2", "gpu0"), ("gpu2", "gpu1")]
+
+
+def test_builder_form_equals_the_builder():
+    text = """
+kind = "switch"
+name = "my-box"
+ranks = 8
+bandwidth = "370.8GB/s"
+latency = "3.4us"
+reduce_bandwidth = "3350GB/s"
+"""
+    built = switch(8, parse_bandwidth("370.8GB/s"), parse_seconds("3.4us"),
+                   parse_bandwidth("3350GB/s"))
+    topology = parse_topology(text)
+    assert topology == Topology("my-box", built.nodes, built.links, built.ranks,
+                                built.reduce_bandwidth)
+    assert parse_topology(dump_topology(topology)) == topology
+
+
+def test_hierarchical_builder_with_defaults():
+    text = """
+kind = "hierarchical"
+nodes = 2
+gpus_per_node = 4
+intra_bandwidth = "240GB/s"
+intra_latency = "3.4us"
+inter_bandwidth = "200Gbps"
+inter_latency = "14us"
+"""
+    topology = parse_topology(text, default_name="two-nodes")
+    assert topology.name == "two-nodes"
+    assert topology.size == 8
+    assert set(topology.reduce_bandwidth) == {math.inf}
+    assert any(link.bandwidth == 25e9 for link in topology.links)
+
+
+def test_load_topology_takes_presets_and_files(tmp_path):
+    assert load_topology("dgx-h100") == make_preset("dgx-h100")
+    assert load_topology("cluster-h100:nodes=3").size == 24
+    path = tmp_path / "lab.toml"
+    path.write_text(LAB_PAIR)
+    assert load_topology(str(path)) == parse_topology(LAB_PAIR)
+    assert load_topology(path) == parse_topology(LAB_PAIR)
+    unnamed = tmp_path / "rack7.toml"
+    unnamed.write_text(LAB_PAIR.replace('name = "lab-pair"\n', ""))
+    assert load_topology(unnamed).name == "rack7"
+
+
+def test_load_topology_rejects_what_it_cannot_find(tmp_path):
+    with pytest.raises(ValueError, match="neither a preset .* nor a topology file"):
+        load_topology("dgx-h200")
+    missing = tmp_path / "missing.toml"
+    with pytest.raises(TopologyFileError, match="cannot read topology file .*missing.toml"):
+        load_topology(str(missing))
+
+
+GOOD_HEAD = 'gpus = ["gpu0", "gpu1"]\nswitches = ["sw"]\n'
+GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+
+
+@pytest.mark.parametrize("text, key, problem", [
+    ("gpus = 2\ngpu = 3\n", "gpu", "unknown key"),
+    ('gpus = 2\n[defaults]\nbandwith = "1GB/s"\n', "defaults.bandwith", "unknown key"),
+    (GOOD_HEAD + GOOD_LINK + 'bw = "1GB/s"\n', "link[0].bw", "unknown key"),
+    (GOOD_HEAD + '[[link]]\nsrc = "gpu0"\nbandwidth = "1GB/s"\nlatency = "1us"\n',
+     "link[0].dst", "missing key"),
+    (GOOD_HEAD + '[[link]]\nsrc = "gpu0"\ndst = "sw"\nlatency = "1us"\n',
+     "link[0].bandwidth", "missing key"),
+    (GOOD_HEAD + GOOD_LINK.replace('"1GB/s"', '"1 GBit/s"'), "link[0].bandwidth",
+     "unknown bandwidth unit"),
+    (GOOD_HEAD + GOOD_LINK.replace('"1GB/s"', '100e9'), "link[0].bandwidth",
+     "must be a string with a unit"),
+    (GOOD_HEAD + GOOD_LINK.replace('"1us"', '"5"'), "link[0].latency",
+     "must be a string with a unit"),
+    (GOOD_HEAD + '[defaults]\nlatency = "5 parsecs"\n', "defaults.latency",
+     "unknown time unit"),
+    (GOOD_HEAD + GOOD_LINK.replace('dst = "sw"', 'dst = "sw2"'), "link[0].dst",
+     "unknown node 'sw2'"),
+    (GOOD_HEAD + GOOD_LINK.replace('src = ["gpu0", "gpu1"]', 'src = "sw"'), "link[0]",
+     "src and dst are both 'sw'"),
+    (GOOD_HEAD + GOOD_LINK + "duplex = 1\n", "link[0].duplex", "must be true or false"),
+    (GOOD_HEAD, "link", "no route from rank 0 (gpu0) to rank 1 (gpu1)"),
+    (GOOD_HEAD + GOOD_LINK.replace('src = ["gpu0", "gpu1"]', 'src = "gpu0"')
+     + '[[link]]\nsrc = "gpu1"\ndst = "sw"\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+       'duplex = false\n', "link", "no route from rank 0 (gpu0) to rank 1 (gpu1)"),
+    ('switches = ["sw"]\n', "gpus", "missing key"),
+    ("gpus = 0\n", "gpus", "must be an integer >= 1"),
+    ('gpus = ["a", "a"]\n', "gpus", "node 'a' is declared twice"),
+    ('gpus = ["a"]\nswitches = ["a"]\n', "switches", "node 'a' is declared twice"),
+    ('gpus = 1\nreduce_bandwidth = "1TB/s"\n', "reduce_bandwidth", "goes in [defaults]"),
+    ('nodes = ["a", "b"]\n', "ranks", "missing key"),
+    ('nodes = ["a"]\nranks = ["a"]\ngpus = 1\n', "gpus", "not both"),
+    (GOOD_HEAD + 'ranks = ["gpu0", "sw"]\n' + GOOD_LINK, "ranks[1]", "'sw' is not a declared GPU"),
+    (GOOD_HEAD + 'ranks = ["gpu0", "gpu0"]\n' + GOOD_LINK, "ranks[1]", "already holds a rank"),
+    (GOOD_HEAD + '[reduce_bandwidth]\nsw = "1TB/s"\n' + GOOD_LINK, "reduce_bandwidth.sw",
+     "names no node that holds a rank"),
+    (GOOD_HEAD + '[reduce_bandwidth]\ngpu1 = "fast"\n' + GOOD_LINK, "reduce_bandwidth.gpu1",
+     "cannot read 'fast' as a bandwidth"),
+    ('kind = "torus"\nranks = 8\n', "kind", "unknown builder 'torus'"),
+    ('kind = ["ring"]\nranks = 8\n', "kind", "unknown builder ['ring']"),
+    ('kind = "ring"\nbandwidth = "1GB/s"\nlatency = "1us"\n', "ranks", "missing key"),
+    ('kind = "ring"\nranks = 4\nbandwidth = "1GB/s"\nlatency = "1us"\nradix = 2\n', "radix",
+     "unknown key"),
+    ('kind = "ring"\nranks = true\nbandwidth = "1GB/s"\nlatency = "1us"\n', "ranks",
+     "must be an integer >= 1"),
+    ("gpus = [\n", "", "not valid TOML"),
+])
+def test_bad_files_name_the_file_and_the_key(tmp_path, text, key, problem):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(TopologyFileError) as info:
+        load_topology(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: {key}: " if key else f"{path}: "), message
+    assert problem in message, message
+
+
+def test_formatted_figures_read_back_exactly():
+    assert format_bandwidth(370.8e9) == "370.8GB/s"
+    assert format_bandwidth(12.5e9) == "12.5GB/s"
+    assert format_bandwidth(math.inf) == "inf"
+    assert format_bandwidth(240e9) == "240GB/s"
+    assert format_latency(2.85e-6) == "2.85us"
+    assert format_latency(0.25) == "250ms"
+    assert format_latency(0.0) == "0s"
+    # 1.7 * 1e-6 (what "1.7us" reads as) is not the float 1.7e-6; another unit is exact
+    assert format_latency(1.7e-6) == "1700ns"
+    for seconds in (1.7e-6, parse_seconds("1.7us"), 1e-300):
+        assert parse_seconds(format_latency(seconds)) == seconds
+
+
+NAMES = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=6)
+BANDWIDTHS = st.floats(min_value=0.0, exclude_min=True, allow_nan=False)
+LATENCIES = st.floats(min_value=0.0, max_value=1e3, allow_nan=False)
+
+
+@st.composite
+def topologies(draw: st.DrawFn) -> Topology:
+    """Any topology whose ranks all reach each other: a duplex chain through every node in
+    some order, some extra one-way links, links shuffled."""
+    names = draw(st.lists(NAMES, min_size=2, max_size=6, unique=True))
+    ranks = draw(st.permutations(names))[:draw(st.integers(1, len(names)))]
+    order = draw(st.permutations(names))
+    links = []
+    for a, b in zip(order, order[1:]):
+        links += [Link(a, b, draw(BANDWIDTHS), draw(LATENCIES)),
+                  Link(b, a, draw(BANDWIDTHS), draw(LATENCIES))]
+    extra = draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names),
+                                    BANDWIDTHS, LATENCIES), max_size=6))
+    links += [Link(a, b, bw, lat) for a, b, bw, lat in extra if a != b]
+    links = draw(st.permutations(links))
+    reduce = draw(st.lists(BANDWIDTHS, min_size=len(ranks), max_size=len(ranks)))
+    return Topology(draw(NAMES), tuple(names), tuple(links), tuple(ranks), tuple(reduce))
+
+
+@given(topologies())
+@example(Topology('q"\\\x7f\n', ("a.b", "c d"), (Link("a.b", "c d", 5e-324, 0.0),
+                                                  Link("c d", "a.b", math.inf, 1e-300)),
+                  ("c d",), (math.inf,)))
+def test_any_topology_round_trips(topology):
+    assert parse_topology(dump_topology(topology)) == topology
