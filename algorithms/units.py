@@ -9,39 +9,41 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _SIZE_UNITS = {
     "": 1, "B": 1,
     "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4,
-    "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+    "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
     "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
 }
-_TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_TIME_UNITS = {"": "1", "s": "1", "ms": "1e-3", "us": "1e-6", "µs": "1e-6", "ns": "1e-9"}
 _RATE_UNITS = {
-    "B/S": 1, "KB/S": 1e3, "MB/S": 1e6, "GB/S": 1e9, "TB/S": 1e12,
+    "B/S": 1, "KB/S": 1000, "MB/S": 1000**2, "GB/S": 1000**3, "TB/S": 1000**4,
     "KIB/S": 1024, "MIB/S": 1024**2, "GIB/S": 1024**3, "TIB/S": 1024**4,
-    "BPS": 1 / 8, "KBPS": 1e3 / 8, "MBPS": 1e6 / 8, "GBPS": 1e9 / 8, "TBPS": 1e12 / 8,
+    "BPS": "0.125", "KBPS": "125", "MBPS": "125e3", "GBPS": "125e6", "TBPS": "125e9",
 }
 
 
-def _split(text: str, what: str) -> tuple[float, str]:
+def _split(text: str, what: str) -> tuple[Decimal, str]:
     match = re.fullmatch(_NUMBER + r"\s*([A-Za-zµ/]*)", text.strip())
     if not match:
         raise ValueError(f"cannot read {text!r} as {what}")
-    return float(match.group(1)), match.group(2)
+    # Decimal keeps "3.4us" at the double nearest 3.4e-6 rather than 3.4 * 1e-6.
+    return Decimal(match.group(1)), match.group(2)
 
 
 def parse_bytes(text: str | int) -> int:
     """``"1MiB"`` -> 1048576, ``"1KB"`` -> 1000, ``"4K"`` -> 4096, ``512`` -> 512."""
     if isinstance(text, int):
-        value, unit = float(text), ""
+        value, unit = Decimal(text), ""
     else:
         value, unit = _split(text, "a size (e.g. 1MiB, 64KB, 512)")
     scale = _SIZE_UNITS.get(unit.upper())
     if scale is None:
         raise ValueError(f"unknown size unit {unit!r} in {text!r} (use B, KB, KiB, MB, MiB, ...)")
-    size = value * scale
+    size = value * Decimal(scale)
     if size != int(size):
         raise ValueError(f"size {text!r} is not a whole number of bytes")
     return int(size)
@@ -50,13 +52,12 @@ def parse_bytes(text: str | int) -> int:
 def parse_seconds(text: str | float) -> float:
     """``"5us"`` -> 5e-06, ``"1.5ms"`` -> 0.0015, ``"0"`` -> 0.0."""
     if isinstance(text, (int, float)):
-        value, unit = float(text), ""
-    else:
-        value, unit = _split(text, "a time (e.g. 5us, 1.5ms)")
+        return float(text)
+    value, unit = _split(text, "a time (e.g. 5us, 1.5ms)")
     scale = _TIME_UNITS.get(unit if unit in _TIME_UNITS else unit.lower())
     if scale is None:
         raise ValueError(f"unknown time unit {unit!r} in {text!r} (use s, ms, us, ns)")
-    return value * scale
+    return float(value * Decimal(scale))
 
 
 def parse_bandwidth(text: str | float) -> float:
@@ -75,7 +76,7 @@ def parse_bandwidth(text: str | float) -> float:
         scale = _RATE_UNITS.get(unit.upper())
         if scale is None:
             raise ValueError(f"unknown bandwidth unit {unit!r} in {text!r} (use GB/s, Gbps, ...)")
-        rate = value * scale
+        rate = float(value * Decimal(scale))
     if not rate > 0:
         raise ValueError(f"bandwidth must be > 0, got {text!r}")
     return rate
