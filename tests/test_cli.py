@@ -70,7 +70,7 @@ def test_example_command_csv_and_table(capsys: pytest.CaptureFixture[str]) -> No
     assert main(argv + ["--format", "csv"]) == 0
     first = capsys.readouterr().out.splitlines()[1].split(",")
     assert first[:5] + first[-1:] == ["1024", "256", "float", "sum", "-1", "N/A"]
-    assert float(first[5]) == pytest.approx(2 * 7 * (5 + 1024 / 8 / 1e5) , rel=1e-12)
+    assert float(first[5]) == pytest.approx(2 * 7 * (5 + 1024 / 8 / 1e5), rel=1e-12)
     assert main(argv) == 0  # table by default
     lines = capsys.readouterr().out.splitlines()
     assert lines[3].split()[1:] == ["size", "count", "type", "redop", "root", "time",
