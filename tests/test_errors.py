@@ -1,0 +1,360 @@
+"""Faulty algorithms, planted here as small generator functions, must fail with the right
+simulator error and name the ranks at fault; bad topologies and parameters must fail at
+once with a message that names the problem. No run may hang: every test is guarded."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from algorithms import (
+    COLLECTIVES, Comm, Compute, Join, Recv, Send, Spawn, Wait, broadcast, reduce,
+    ring_allreduce,
+)
+from simcomm import (
+    DeadlockError, Link, MessageSizeError, ProtocolError, SimulationError, SizeOnly, Topology,
+    UnreceivedMessageError, fully_connected, make_topology, ring, simulate, switch,
+)
+
+pytestmark = pytest.mark.usefixtures("hang_guard")
+
+
+def run(algorithm, p: int = 3, length: int = 4, **params):
+    inputs = [np.arange(length, dtype=np.float32) + r for r in range(p)]
+    return simulate(algorithm, inputs, fully_connected(p, 1e9, 1e-6), **params)
+
+
+def idle(comm, x):
+    yield Compute(1e-3)
+
+
+def finished_at_once(comm, x):
+    return x
+    yield  # a generator that ends without yielding
+
+
+# -- deadlocks: every unfinished task is blocked ---------------------------------------------
+
+def test_two_ranks_that_both_receive_first_deadlock_and_say_what_they_wait_for() -> None:
+    def recv_first(comm, x):
+        if comm.rank < 2:
+            peer = 1 - comm.rank
+            yield Wait((yield Recv(peer, x)))
+            yield Wait((yield Send(peer, x)))
+
+    with pytest.raises(DeadlockError) as caught:
+        run(recv_first)
+    message = str(caught.value)
+    assert "rank 0 (channel 0) waits for Recv from rank 1" in message
+    assert "rank 1 (channel 0) waits for Recv from rank 0" in message
+    assert "rank 2" not in message
+
+
+def test_a_receive_no_one_sends_to_deadlocks() -> None:
+    def lonely(comm, x):
+        if comm.rank == 2:
+            yield Wait((yield Recv(0, x)))
+
+    with pytest.raises(DeadlockError, match=r"rank 2 \(channel 0\) waits for Recv from rank 0"):
+        run(lonely)
+
+
+def test_a_deadlock_names_messages_sent_on_the_wrong_channel() -> None:
+    def crossed(comm, x):
+        if comm.rank == 0:
+            task = yield Spawn(send_to_1(x), 1)
+            yield Join(task)
+        elif comm.rank == 1:
+            yield Wait((yield Recv(0, x)))
+
+    def send_to_1(x):
+        yield Wait((yield Send(1, x)))
+
+    with pytest.raises(DeadlockError) as caught:
+        run(crossed)
+    assert "rank 1 (channel 0) waits for Recv from rank 0" in str(caught.value)
+    assert "never received: rank 0 -> rank 1 (4 x float32 on channel 1)" in str(caught.value)
+
+
+def test_a_join_of_a_blocked_task_deadlocks_naming_both_tasks() -> None:
+    def join_blocked(comm, x):
+        task = yield Spawn(receive_from_right(comm, x), 1)
+        yield Join(task)
+
+    def receive_from_right(comm, x):
+        yield Wait((yield Recv((comm.rank + 1) % comm.size, x)))
+
+    with pytest.raises(DeadlockError) as caught:
+        run(join_blocked, p=2)
+    message = str(caught.value)
+    assert "rank 0 (channel 0) waits for Join of its task on channel 1" in message
+    assert "rank 0 (channel 1) waits for Recv from rank 1 on channel 1" in message
+
+
+# -- messages that do not match ----------------------------------------------------------------
+
+@pytest.mark.parametrize("view", [lambda x: x[:3], lambda x: x.view(np.int32)],
+                         ids=["length", "dtype"])
+def test_a_receive_that_differs_from_its_send_names_both_ranks(view) -> None:
+    def mismatch(comm, x):
+        if comm.rank == 0:
+            yield Wait((yield Send(2, x)))
+        elif comm.rank == 2:
+            yield Wait((yield Recv(0, view(x))))
+
+    with pytest.raises(MessageSizeError, match=r"rank 2 posted a Recv .* from rank 0"):
+        run(mismatch)
+
+
+@pytest.mark.parametrize("name", sorted(COLLECTIVES))
+def test_ranks_with_buffers_of_different_lengths_fail_loudly(name) -> None:
+    inputs = [np.zeros(6, np.float32), np.zeros(6, np.float32), np.zeros(9, np.float32)]
+    with pytest.raises(MessageSizeError, match="rank 2"):
+        simulate(COLLECTIVES[name].function, inputs, ring(3, 1e9, 1e-6))
+
+
+def test_messages_never_received_are_an_error() -> None:
+    def unreceived(comm, x):
+        if comm.rank == 1:
+            yield Wait((yield Send(2, x)))
+
+    with pytest.raises(UnreceivedMessageError, match=r"rank 1 -> rank 2 \(4 x float32"):
+        run(unreceived)
+
+
+# -- misuse of the ops -------------------------------------------------------------------------
+
+def never_waited(comm, x):
+    if comm.rank == 1:
+        yield Send(2, x)
+    elif comm.rank == 2:
+        yield Wait((yield Recv(1, x)))
+
+
+def waited_twice(comm, x):
+    if comm.rank == 1:
+        handle = yield Send(2, x)
+        yield Wait(handle)
+        yield Wait(handle)
+    elif comm.rank == 2:
+        yield Wait((yield Recv(1, x)))
+
+
+def peer_out_of_range(comm, x):
+    if comm.rank == 1:
+        yield Wait((yield Send(3, x)))
+
+
+def send_to_self(comm, x):
+    if comm.rank == 1:
+        yield Wait((yield Send(1, x)))
+
+
+def modified_before_wait(comm, x):
+    if comm.rank == 1:
+        handle = yield Send(2, x)
+        x[0] += 1
+        yield Wait(handle)
+    elif comm.rank == 2:
+        yield Wait((yield Recv(1, x)))
+
+
+def spawn_on_own_channel(comm, x):
+    yield Join((yield Spawn(finished_at_once(comm, x), 0)))
+
+
+def spawn_on_busy_channel(comm, x):
+    first = yield Spawn(idle(comm, x), 1)
+    second = yield Spawn(idle(comm, x), 1)
+    yield Join(first)
+    yield Join(second)
+
+
+def join_not_a_task(comm, x):
+    yield Join(42)
+
+
+def join_a_handle(comm, x):
+    if comm.rank == 1:
+        yield Join((yield Send(2, x)))
+    elif comm.rank == 2:
+        yield Wait((yield Recv(1, x)))
+
+
+def join_twice(comm, x):
+    task = yield Spawn(idle(comm, x), 1)
+    yield Join(task)
+    yield Join(task)
+
+
+def return_without_join(comm, x):
+    yield Spawn(idle(comm, x), 1)
+
+
+def wait_on_a_task(comm, x):
+    task = yield Spawn(idle(comm, x), 1)
+    yield Wait(task)
+
+
+def wait_on_another_tasks_handle(comm, x):
+    if comm.rank == 2:
+        yield Wait((yield Recv(1, x)))
+        return
+    if comm.rank == 0:
+        return
+    handles = []
+    task = yield Spawn(send_and_stash(x, handles), 1)
+    yield Wait(handles[0])
+    yield Join(task)
+
+
+def send_and_stash(x, handles):
+    handles.append((yield Send(2, x)))
+    yield Compute(1e-3)
+    yield Wait(handles[0])
+
+
+def yield_a_non_op(comm, x):
+    yield 42
+
+
+PROTOCOL_ERRORS = [
+    (never_waited, r"rank 1 \(channel 0\) returned without waiting for: Send to rank 2"),
+    (waited_twice, r"rank 1 waited twice on its Send to rank 2"),
+    (peer_out_of_range, r"rank 1 posted a Send with peer 3, but the world has 3 ranks"),
+    (send_to_self, r"rank 1 posted a Send to itself"),
+    (modified_before_wait, r"rank 1 changed the buffer of its Send to rank 2"),
+    (spawn_on_own_channel, r"rank 0 spawned a task on channel 0, which a live task"),
+    (spawn_on_busy_channel, r"rank 0 spawned a task on channel 1, which a live task"),
+    (join_not_a_task, r"rank 0 joined 42, which is not a task it spawned"),
+    (join_a_handle, r"rank 1 joined .*, which is not a task it spawned"),
+    (join_twice, r"rank 0 joined its task on channel 1 twice"),
+    (return_without_join, r"rank 0 \(channel 0\) returned without joining its tasks on "
+                          r"channels \[1\]"),
+    (wait_on_a_task, r"rank 0 waited on .*, which is not a Send or Recv handle"),
+    (wait_on_another_tasks_handle, r"rank 1 \(channel 0\) waited on a handle that another "
+                                   r"task posted"),
+    (yield_a_non_op, r"rank 0 yielded 42, which is not an op"),
+]
+
+
+@pytest.mark.parametrize("algorithm, message", PROTOCOL_ERRORS,
+                         ids=[case[0].__name__ for case in PROTOCOL_ERRORS])
+def test_misuse_of_the_ops_is_a_protocol_error(algorithm, message) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        run(algorithm)
+
+
+def test_simulator_errors_share_a_base_class() -> None:
+    for error in (DeadlockError, MessageSizeError, UnreceivedMessageError, ProtocolError):
+        assert issubclass(error, SimulationError)
+
+
+def test_an_algorithm_that_is_not_a_generator_is_a_type_error() -> None:
+    def plain_function(comm, x):
+        return x
+
+    with pytest.raises(TypeError, match="'plain_function' did not return a generator"):
+        run(plain_function)
+
+
+@pytest.mark.parametrize("delay", [0.0, 1e-3], ids=["at_start", "after_resuming"])
+def test_an_exception_inside_an_algorithm_carries_a_note_naming_the_rank(delay) -> None:
+    def faulty(comm, x):
+        yield Compute(delay)
+        if comm.rank == 1:
+            raise RuntimeError("bug in the algorithm")
+
+    with pytest.raises(RuntimeError, match="bug in the algorithm") as caught:
+        run(faulty)
+    assert any("rank 1 (channel 0)" in note for note in caught.value.__notes__)
+
+
+# -- bad topologies and parameters ---------------------------------------------------------------
+
+@pytest.mark.parametrize("bandwidth", [0.0, -1e9, math.nan])
+def test_a_link_needs_a_positive_bandwidth(bandwidth) -> None:
+    with pytest.raises(ValueError, match="a->b: bandwidth must be > 0"):
+        Link("a", "b", bandwidth, 1e-6)
+    with pytest.raises(ValueError, match="bandwidth must be > 0"):
+        ring(4, bandwidth, 1e-6)
+
+
+@pytest.mark.parametrize("latency", [-1e-6, math.inf, math.nan])
+def test_a_link_needs_a_finite_non_negative_latency(latency) -> None:
+    with pytest.raises(ValueError, match="a->b: latency must be finite and >= 0"):
+        Link("a", "b", 1e9, latency)
+
+
+def test_a_link_may_not_loop() -> None:
+    with pytest.raises(ValueError, match="connects a node to itself"):
+        Link("a", "a", 1e9, 0.0)
+
+
+def test_topology_rejects_unknown_nodes_and_bad_ranks() -> None:
+    link = Link("gpu0", "gpu9", 1e9, 0.0)
+    with pytest.raises(ValueError, match="names unknown node 'gpu9'"):
+        Topology("t", ("gpu0", "gpu1"), (link,), ("gpu0", "gpu1"), (1.0, 1.0))
+    with pytest.raises(ValueError, match="rank 1 is on unknown node 'gpu7'"):
+        Topology("t", ("gpu0", "gpu1"), (), ("gpu0", "gpu7"), (1.0, 1.0))
+    with pytest.raises(ValueError, match="two ranks share a node"):
+        Topology("t", ("gpu0",), (), ("gpu0", "gpu0"), (1.0, 1.0))
+    with pytest.raises(ValueError, match="has no ranks"):
+        Topology("t", ("gpu0",), (), (), ())
+    with pytest.raises(ValueError, match="one reduce bandwidth per rank"):
+        Topology("t", ("gpu0",), (), ("gpu0",), (1.0, 1.0))
+    with pytest.raises(ValueError, match="rank 0 reduce bandwidth must be > 0"):
+        Topology("t", ("gpu0",), (), ("gpu0",), (0.0,))
+    with pytest.raises(ValueError, match="node names must be unique"):
+        Topology("t", ("gpu0", "gpu0"), (), ("gpu0",), (1.0,))
+
+
+def test_a_message_with_no_route_is_an_error() -> None:
+    one_way = Topology("one_way", ("gpu0", "gpu1"), (Link("gpu0", "gpu1", 1e9, 0.0),),
+                       ("gpu0", "gpu1"), (1.0, 1.0))
+    with pytest.raises(ValueError, match=r"no route from rank 1 \(gpu1\) to rank 0 \(gpu0\)"):
+        simulate(ring_allreduce, [SizeOnly(8)] * 2, one_way)
+
+
+@pytest.mark.parametrize("kind, ranks, message", [
+    ("torus", 4, "unknown topology 'torus'"),
+    ("ring", 0, "number of ranks must be an int >= 1"),
+    ("switch", 2.5, "number of ranks must be an int >= 1"),
+    ("hierarchical", 12, "12 ranks do not fill nodes of 8 GPUs"),
+])
+def test_make_topology_rejects_bad_requests(kind, ranks, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_topology(kind, ranks, 1e9, 1e-6)
+
+
+def test_inputs_must_fit_the_topology() -> None:
+    topology = switch(3, 1e9, 1e-6)
+    with pytest.raises(ValueError, match="got 2 inputs for a topology of 3 ranks"):
+        simulate(ring_allreduce, [SizeOnly(4)] * 2, topology)
+    with pytest.raises(ValueError, match="inputs mix numpy arrays and SizeOnly buffers"):
+        simulate(ring_allreduce, [np.zeros(4), np.zeros(4), SizeOnly(4, np.float64)], topology)
+    with pytest.raises(ValueError, match=r"input of rank 0 must be 1-D, got shape \(2, 2\)"):
+        simulate(ring_allreduce, [np.zeros((2, 2))] * 3, topology)
+    with pytest.raises(TypeError, match="input of rank 0 must be a numpy array or SizeOnly"):
+        simulate(ring_allreduce, [[1.0, 2.0]] * 3, topology)
+
+
+@pytest.mark.parametrize("algorithm", [broadcast, reduce], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("root", [3, -1, 1.0])
+def test_a_bad_root_is_rejected(algorithm, root) -> None:
+    with pytest.raises(ValueError, match=r"root must be a rank in \[0, 3\)") as caught:
+        run(algorithm, root=root)
+    assert any("rank 0" in note for note in caught.value.__notes__)
+
+
+@pytest.mark.parametrize("rank, size, message", [
+    (3, 3, r"rank must be an int in \[0, 3\), got 3"),
+    (-1, 3, r"rank must be an int in \[0, 3\), got -1"),
+    (0, 0, "world size must be an int >= 1, got 0"),
+    (0, 2.0, "world size must be an int >= 1, got 2.0"),
+])
+def test_comm_rejects_a_bad_rank_or_size(rank, size, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        Comm(rank, size)
