@@ -92,7 +92,8 @@ class Compute:
     label: str = "compute"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.seconds, (int, float)) and math.isfinite(self.seconds)
+        if not (isinstance(self.seconds, (int, float)) and not isinstance(self.seconds, bool)
+                and math.isfinite(self.seconds)
                 and self.seconds >= 0):
             raise ValueError(f"Compute.seconds must be finite and >= 0, got {self.seconds!r}")
 

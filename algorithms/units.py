@@ -19,11 +19,12 @@ _SIZE_UNITS = {
     "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
 }
 _TIME_UNITS = {"": "1", "s": "1", "ms": "1e-3", "us": "1e-6", "µs": "1e-6", "ns": "1e-9"}
-_RATE_UNITS = {
-    "B/S": 1, "KB/S": 1000, "MB/S": 1000**2, "GB/S": 1000**3, "TB/S": 1000**4,
-    "KIB/S": 1024, "MIB/S": 1024**2, "GIB/S": 1024**3, "TIB/S": 1024**4,
-    "BPS": "0.125", "KBPS": "125", "MBPS": "125e3", "GBPS": "125e6", "TBPS": "125e9",
+_RATE_PREFIXES = {
+    "": 1, "K": 1000, "k": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
+    "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4,
 }
+# A rate is a prefix, B (bytes) or b (bits), then /s or ps: GB/s, GBps, Gb/s, Gbps.
+_RATE_UNIT = re.compile(r"([kKMGT]i?)?([Bb])(/s|ps)")
 
 
 def _split(text: str, what: str) -> tuple[Decimal, str]:
@@ -34,10 +35,21 @@ def _split(text: str, what: str) -> tuple[Decimal, str]:
     return Decimal(match.group(1)), match.group(2)
 
 
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} must be a number or a string with a unit, got {value!r}")
+    if not (math.isfinite(value) or value == math.inf) or value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value!r}")
+    return float(value)
+
+
 def parse_bytes(text: str | int) -> int:
     """``"1MiB"`` -> 1048576, ``"1KB"`` -> 1000, ``"4K"`` -> 4096, ``512`` -> 512."""
-    if isinstance(text, int):
-        value, unit = Decimal(text), ""
+    if not isinstance(text, str):
+        number = _number(text, "a size")
+        if number != int(number):
+            raise ValueError(f"size {text!r} is not a whole number of bytes")
+        return int(number)
     else:
         value, unit = _split(text, "a size (e.g. 1MiB, 64KB, 512)")
     scale = _SIZE_UNITS.get(unit.upper())
@@ -51,8 +63,11 @@ def parse_bytes(text: str | int) -> int:
 
 def parse_seconds(text: str | float) -> float:
     """``"5us"`` -> 5e-06, ``"1.5ms"`` -> 0.0015, ``"0"`` -> 0.0."""
-    if isinstance(text, (int, float)):
-        return float(text)
+    if not isinstance(text, str):
+        seconds = _number(text, "a time")
+        if seconds == math.inf:
+            raise ValueError(f"a time must be finite, got {text!r}")
+        return seconds
     value, unit = _split(text, "a time (e.g. 5us, 1.5ms)")
     scale = _TIME_UNITS.get(unit if unit in _TIME_UNITS else unit.lower())
     if scale is None:
@@ -63,20 +78,26 @@ def parse_seconds(text: str | float) -> float:
 def parse_bandwidth(text: str | float) -> float:
     """``"100GB/s"`` -> 1e11 B/s, ``"25Gbps"`` -> 3.125e9 B/s, ``"inf"`` -> infinity.
 
-    Bits per second are spelled ``bps`` (lower-case b); bytes per second ``B/s``.
+    A capital B counts bytes and a small b bits, after the usual convention: ``GB/s`` and
+    ``GBps`` are gigabytes per second, ``Gb/s`` and ``Gbps`` gigabits per second.
     """
-    if isinstance(text, (int, float)):
+    if not isinstance(text, str):
+        if isinstance(text, bool) or not isinstance(text, (int, float)):
+            raise ValueError(f"a bandwidth must be a number or a string with a unit, got {text!r}")
         rate = float(text)
     elif text.strip().lower() in ("inf", "infinity"):
         rate = math.inf
     else:
         value, unit = _split(text, "a bandwidth (e.g. 100GB/s, 25Gbps)")
-        if unit.lower().endswith("bps") and not unit.endswith("bps"):
-            raise ValueError(f"write bits per second as lower-case 'bps' in {text!r}")
-        scale = _RATE_UNITS.get(unit.upper())
-        if scale is None:
-            raise ValueError(f"unknown bandwidth unit {unit!r} in {text!r} (use GB/s, Gbps, ...)")
-        rate = float(value * Decimal(scale))
+        match = _RATE_UNIT.fullmatch(unit)
+        if match is None:
+            raise ValueError(f"unknown bandwidth unit {unit!r} in {text!r} "
+                             "(use B/s or b/s with a prefix: GB/s, GiB/s, Gbps, ...)")
+        prefix, byte_or_bit, _ = match.groups()
+        scale = Decimal(_RATE_PREFIXES[prefix or ""])
+        if byte_or_bit == "b":
+            scale /= 8
+        rate = float(value * scale)
     if not rate > 0:
         raise ValueError(f"bandwidth must be > 0, got {text!r}")
     return rate
