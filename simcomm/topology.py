@@ -5,7 +5,8 @@ two links. Ranks live on GPU nodes, each with a reduction bandwidth: a local red
 of n bytes costs n / reduce_bandwidth seconds (infinite means free).
 
 Messages follow the route with the fewest hops, ties broken by the highest bottleneck
-bandwidth, then by link order (so routes are deterministic).
+bandwidth, then the lowest total latency, then link order (so routes are deterministic, and
+traffic inside a node stays on the node's switch as long as that is faster than the network).
 """
 
 from __future__ import annotations
@@ -93,11 +94,12 @@ class Topology:
         outgoing: dict[str, list[int]] = {}
         for i, link in enumerate(self.links):
             outgoing.setdefault(link.src, []).append(i)
-        # cost: (hops, -bottleneck bandwidth, link indices) -- fewest hops, then the fattest path
-        heap: list[tuple[int, float, tuple[int, ...], str]] = [(0, -math.inf, (), start)]
+        # cost: (hops, -bottleneck bandwidth, latency, link indices)
+        heap: list[tuple[int, float, float, tuple[int, ...], str]] = [
+            (0, -math.inf, 0.0, (), start)]
         done: set[str] = set()
         while heap:
-            hops, neg_bw, path, node = heapq.heappop(heap)
+            hops, neg_bw, latency, path, node = heapq.heappop(heap)
             if node == goal:
                 return path
             if node in done:
@@ -107,7 +109,8 @@ class Topology:
                 link = self.links[i]
                 if link.dst not in done:
                     bottleneck = -min(-neg_bw, link.bandwidth)
-                    heapq.heappush(heap, (hops + 1, bottleneck, path + (i,), link.dst))
+                    heapq.heappush(heap, (hops + 1, bottleneck, latency + link.latency,
+                                          path + (i,), link.dst))
         raise ValueError(f"topology {self.name!r}: no route from rank {src} ({start}) "
                          f"to rank {dst} ({goal})")
 
