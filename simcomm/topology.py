@@ -5,8 +5,9 @@ two links. Ranks live on GPU nodes, each with a reduction bandwidth: a local red
 of n bytes costs n / reduce_bandwidth seconds (infinite means free).
 
 Messages follow the route with the fewest hops, ties broken by the highest bottleneck
-bandwidth, then the lowest total latency, then link order (so routes are deterministic, and
-traffic inside a node stays on the node's switch as long as that is faster than the network).
+bandwidth, then by link order (so routes are deterministic). Builders list a node's own
+switch links before network links, so traffic inside a node stays on the node's switch
+unless the network is strictly faster.
 """
 
 from __future__ import annotations
@@ -94,12 +95,11 @@ class Topology:
         outgoing: dict[str, list[int]] = {}
         for i, link in enumerate(self.links):
             outgoing.setdefault(link.src, []).append(i)
-        # cost: (hops, -bottleneck bandwidth, latency, link indices)
-        heap: list[tuple[int, float, float, tuple[int, ...], str]] = [
-            (0, -math.inf, 0.0, (), start)]
+        # cost: (hops, -bottleneck bandwidth, link indices) -- fewest hops, then the fattest path
+        heap: list[tuple[int, float, tuple[int, ...], str]] = [(0, -math.inf, (), start)]
         done: set[str] = set()
         while heap:
-            hops, neg_bw, latency, path, node = heapq.heappop(heap)
+            hops, neg_bw, path, node = heapq.heappop(heap)
             if node == goal:
                 return path
             if node in done:
@@ -109,8 +109,7 @@ class Topology:
                 link = self.links[i]
                 if link.dst not in done:
                     bottleneck = -min(-neg_bw, link.bandwidth)
-                    heapq.heappush(heap, (hops + 1, bottleneck, latency + link.latency,
-                                          path + (i,), link.dst))
+                    heapq.heappush(heap, (hops + 1, bottleneck, path + (i,), link.dst))
         raise ValueError(f"topology {self.name!r}: no route from rank {src} ({start}) "
                          f"to rank {dst} ({goal})")
 
