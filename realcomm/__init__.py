@@ -1,0 +1,16 @@
+"""Runs the op generators of ``algorithms`` over torch.distributed: gloo on the CPU, NCCL on
+CUDA, the same code for both."""
+
+from realcomm.driver import (
+    DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, MAIN_CHANNEL, ArgumentMismatchError, Driver,
+    PeerError, PeerTimeoutError, ProtocolError, RealcommError,
+)
+from realcomm.launch import (
+    LocalGroup, SpawnError, backend_for, init_from_env, spawn, start,
+)
+
+__all__ = [
+    "DEFAULT_SLICE_BYTES", "DEFAULT_TIMEOUT", "MAIN_CHANNEL", "ArgumentMismatchError",
+    "Driver", "LocalGroup", "PeerError", "PeerTimeoutError", "ProtocolError",
+    "RealcommError", "SpawnError", "backend_for", "init_from_env", "spawn", "start",
+]

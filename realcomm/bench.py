@@ -1,0 +1,185 @@
+"""What ``realcomm bench`` does on each rank: time a collective as nccl-tests does.
+
+For each size (nccl-tests, src/common.cu, ``BenchTime``): one run that also checks that the
+ranks agree on the arguments, a few warm-up runs, a barrier, ``iters`` runs back to back,
+and the time of one run is the elapsed time over ``iters``, averaged over the ranks
+(nccl-tests' default ``-a 1``). nccl-tests warms up once, at the largest and smallest size;
+here every size gets its warm-up runs. With ``--check``, one more run on
+``algorithms.bench.check_inputs`` data counts the wrong elements against the reference.
+
+The rows come from ``algorithms.bench``, the same as ``simcomm bench``'s. With
+``baseline="native"`` the harness runs torch's own collective of the same kind
+(``all_reduce``, ``reduce_scatter``, ``all_gather``, ``broadcast``, ``reduce``,
+``all_to_all_single``) instead of the algorithm.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from algorithms.bench import BenchConfig, BenchRow, bench_row, buffer_count, check_inputs, count_wrong
+from algorithms.catalog import Collective
+from algorithms.ops import ReduceOp
+from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, Driver
+
+# nccl-tests' defaults (src/common.cu): -w 5 warm-up runs, -n 20 timed runs.
+WARMUP_ITERS = 5
+ITERS = 20
+BASELINES = ("none", "native")
+
+_TORCH_OPS = {
+    ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.PROD: dist.ReduceOp.PRODUCT,
+    ReduceOp.MAX: dist.ReduceOp.MAX, ReduceOp.MIN: dist.ReduceOp.MIN,
+    ReduceOp.AVG: dist.ReduceOp.AVG,
+}
+# Newer torch renames the tensor forms of reduce-scatter and all-gather.
+_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+
+NATIVE_NAMES = {
+    "allreduce": "all_reduce", "reducescatter": _reduce_scatter.__name__,
+    "allgather": _all_gather.__name__, "broadcast": "broadcast", "reduce": "reduce",
+    "alltoall": "all_to_all_single",
+}
+
+Runner = Callable[[bool], Any]  # one run; the flag asks it to check its arguments first
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run: the parts of ``realcomm bench``'s flags that ``BenchConfig`` lacks."""
+
+    warmup_iters: int = WARMUP_ITERS
+    iters: int = ITERS
+    baseline: str = "none"
+    timeout: float = DEFAULT_TIMEOUT  # seconds
+    slice_bytes: int = DEFAULT_SLICE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.warmup_iters < 0:
+            raise ValueError(f"-w/--warmup_iters must be >= 0, got {self.warmup_iters}")
+        if self.iters < 1:
+            raise ValueError(f"-n/--iters must be >= 1, got {self.iters}")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"unknown --baseline {self.baseline!r}; known: "
+                             f"{', '.join(BASELINES)}")
+
+
+def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device
+               ) -> list[BenchRow]:
+    """Run the benchmark on this rank of the default process group; every rank returns
+    the same rows."""
+    config.check_world(dist.get_world_size())
+    driver = Driver(timeout=options.timeout, slice_bytes=options.slice_bytes)
+    return [_bench_size(config, options, driver, device, size) for size in config.sizes]
+
+
+def _bench_size(config: BenchConfig, options: RunOptions, driver: Driver,
+                device: torch.device, size: int) -> BenchRow:
+    p, rank = driver.comm.size, driver.comm.rank
+    count = buffer_count(config.collective, p, size, config.dtype.itemsize)
+    x = torch.ones(count, dtype=_torch_dtype(config.dtype), device=device)
+    run = make_runner(config, options.baseline, driver, x)
+    seconds = time_runs(run, options.warmup_iters, options.iters, device)
+    wrong = None
+    if config.check:
+        inputs = check_inputs(p, count, config.dtype, config.op)
+        x.copy_(torch.from_numpy(inputs[rank]))
+        result = run(False)
+        gathered: list[Any] = [None] * p if rank == 0 else []
+        dist.gather_object(None if result is None else result.cpu().numpy(),
+                           gathered if rank == 0 else None, dst=0)
+        count_tensor = torch.zeros(1, dtype=torch.int64, device=device)
+        if rank == 0:
+            count_tensor += count_wrong(config.collective, inputs, gathered, config.op,
+                                        config.root, config.params)
+        dist.broadcast(count_tensor, src=0)
+        wrong = int(count_tensor.item())
+    return bench_row(config.collective, p, size, config.dtype, config.op, config.root,
+                     seconds, wrong)
+
+
+def time_runs(run: Runner, warmup_iters: int, iters: int, device: torch.device) -> float:
+    """Seconds per run: one run that checks the arguments, the warm-up runs, a barrier,
+    then ``iters`` timed runs back to back; their mean, averaged over the ranks (as
+    nccl-tests reports)."""
+    run(True)
+    for _ in range(warmup_iters):
+        run(False)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        run(False)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64,
+                           device=device)
+    dist.all_reduce(elapsed)
+    return elapsed.item() / dist.get_world_size()
+
+
+def make_runner(config: BenchConfig, baseline: str, driver: Driver, x: torch.Tensor
+                ) -> Runner:
+    """One run of the configured collective on ``x``: the algorithm over ``driver``, or
+    with ``baseline="native"`` torch's own collective. The runner returns the rank's
+    result, as the algorithm would."""
+    if baseline == "native":
+        return _native_runner(config.collective, config.op, config.root, x)
+    kwargs = config.algorithm_kwargs()
+
+    def run(check_args: bool) -> Any:
+        return driver.run(config.collective.function, x, check_args=check_args, **kwargs)
+    return run
+
+
+def _native_runner(collective: Collective, op: ReduceOp | None, root: int | None,
+                   x: torch.Tensor) -> Runner:
+    p, rank = dist.get_world_size(), dist.get_rank()
+    kind = collective.kind
+    torch_op = _TORCH_OPS[op] if op is not None else None
+    part = len(x) // p  # split kinds have (count // p) * p elements
+    out = torch.empty_like(x[:part]) if kind == "reducescatter" else torch.empty_like(x)
+
+    def call() -> Any:
+        if kind == "allreduce":
+            dist.all_reduce(x, torch_op)
+            return x
+        if kind == "reducescatter":
+            _reduce_scatter(out, x, torch_op)
+            return out
+        if kind == "allgather":
+            _all_gather(out, x[rank * part:(rank + 1) * part])
+            return out
+        if kind == "broadcast":
+            dist.broadcast(x, src=root)
+            return x
+        if kind == "reduce":
+            dist.reduce(x, dst=root, op=torch_op)
+            return x if rank == root else None
+        if kind == "alltoall":
+            dist.all_to_all_single(out, x)
+            return out
+        raise ValueError(f"no native baseline for {collective.name} ({kind})")
+
+    def run(check_args: bool) -> Any:
+        if not check_args:
+            return call()
+        try:
+            return call()
+        except RuntimeError as error:
+            detail = " ".join(str(error).split())
+            raise ValueError(
+                f"torch's {NATIVE_NAMES[kind]} on {dist.get_backend()} cannot run "
+                f"{x.dtype}{'' if op is None else ' ' + op.value}: {detail}") from None
+    return run
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype

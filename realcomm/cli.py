@@ -1,0 +1,171 @@
+"""The ``realcomm`` command line.
+
+``realcomm bench`` runs one collective over torch.distributed at each size and prints
+nccl-tests' columns, the same as ``simcomm bench`` (see ``algorithms.bench``), e.g.::
+
+    realcomm bench --nprocs 2 --algorithm ring_allreduce --sizes 1MiB,16MiB --check
+    torchrun --nproc_per_node 2 -m realcomm bench --algorithm ring_allreduce -b 1M -e 64M
+
+With ``--nprocs N`` it spawns N local processes itself (CPU and gloo unless ``--device``
+says otherwise); without, it expects torchrun's environment and rank 0 prints. Bad
+arguments and failed runs print one line, ``realcomm: error: ...``, on stderr and exit with
+status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from algorithms.bench import BenchRow, add_bench_arguments, config_from_args, format_rows, parse_size
+from realcomm.bench import BASELINES, ITERS, NATIVE_NAMES, WARMUP_ITERS, RunOptions, bench_rank
+from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, RealcommError
+from realcomm.launch import backend_for, default_device, in_launcher_env, init_from_env, spawn
+
+USAGE_ERROR = 2
+
+
+class _UsageError(Exception):
+    """A command-line mistake that argparse found."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake raises instead of printing the usage and exiting, so that
+    every error leaves the same way: one line and status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(f"{message} (see {self.prog} --help)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``realcomm`` command line on ``argv`` (default ``sys.argv[1:]``); return the
+    exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        return args.run(args, argv)
+    except (_UsageError, ValueError, RuntimeError, RealcommError) as error:
+        message = " ".join(str(error).split())
+        print(f"realcomm: error: {message}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand."""
+    parser = _Parser(prog="realcomm",
+                     description="Run collective-communication algorithms over "
+                                 "torch.distributed.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_bench_parser(commands)
+    return parser
+
+
+# -- bench ------------------------------------------------------------------------------
+
+def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "bench", help="time a collective over sizes, in nccl-tests' columns",
+        description="Run a collective at each size over torch.distributed and print "
+                    "nccl-tests' columns. Start it under torchrun, or give --nprocs.")
+    add_bench_arguments(parser)
+    run = parser.add_argument_group("processes and timing")
+    run.add_argument("--nprocs", type=int, metavar="N",
+                     help="spawn N local processes (not under torchrun)")
+    run.add_argument("--device", choices=("cpu", "cuda"),
+                     help="where the buffers live (default: cpu with --nprocs, else cuda "
+                          "if there is one)")
+    run.add_argument("--backend", choices=("gloo", "nccl"),
+                     help="default: nccl for cuda, gloo for cpu")
+    run.add_argument("-w", "--warmup_iters", type=int, default=WARMUP_ITERS, metavar="N",
+                     help=f"untimed runs before timing each size (default {WARMUP_ITERS}, "
+                          "as nccl-tests)")
+    run.add_argument("-n", "--iters", type=int, default=ITERS, metavar="N",
+                     help=f"timed runs per size (default {ITERS}, as nccl-tests)")
+    run.add_argument("--baseline", default="none", choices=BASELINES,
+                     help="native: time torch's own collective of the same kind instead")
+    run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                     help=f"give up on a silent peer after this long (default "
+                          f"{DEFAULT_TIMEOUT:g})")
+    run.add_argument("--slice-bytes", default=str(DEFAULT_SLICE_BYTES), metavar="SIZE",
+                     help="send larger messages in slices of this size, 0 for whole "
+                          f"(default {DEFAULT_SLICE_BYTES})")
+    parser.set_defaults(run=bench)
+
+
+def bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``realcomm bench``: time the collective at every size and print the rows."""
+    config = config_from_args(args)
+    options = _options_from_args(args)
+    if args.nprocs is not None:
+        if args.nprocs < 1:
+            raise ValueError(f"--nprocs must be >= 1, got {args.nprocs}")
+        if in_launcher_env():
+            raise ValueError("--nprocs spawns processes itself: do not give it under torchrun")
+        device = _device_from_args(args, torch.device("cpu"))
+        config.check_world(args.nprocs)
+        rows = spawn(_bench_process, args.nprocs, (list(argv),), device=device,
+                     backend=args.backend, timeout=options.timeout)[0]
+        world_size = args.nprocs
+    else:
+        if not in_launcher_env():
+            raise ValueError("no torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, "
+                             "MASTER_PORT): start under torchrun, or give --nprocs N")
+        device = _device_from_args(args, default_device())
+        device = init_from_env(device, args.backend, options.timeout)
+        try:
+            rows = bench_rank(config, options, device)
+            world_size, rank = dist.get_world_size(), dist.get_rank()
+        finally:
+            dist.destroy_process_group()
+        if rank != 0:
+            return 0
+    what = (f"torch's {NATIVE_NAMES[config.collective.kind]} (baseline for "
+            f"{config.collective.name})" if options.baseline == "native"
+            else config.collective.name)
+    header = [
+        f"realcomm bench: {what} on {world_size} ranks, "
+        f"{args.backend or backend_for(device)} on {device.type}, {options.iters} timed runs "
+        f"after {options.warmup_iters} warm-up runs, time averaged over ranks",
+        "data check: on" if config.check else "data check: off (--check counts wrong "
+                                              "elements)",
+    ]
+    if config.params:
+        header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params.items())
+                      + (" (not used by the native baseline)"
+                         if options.baseline == "native" else ""))
+    sys.stdout.write(format_rows(rows, config.format, header))
+    return 0
+
+
+def _bench_process(argv: list[str]) -> list[BenchRow]:
+    """One spawned rank: the same arguments, parsed again here (they were checked)."""
+    args = build_parser().parse_args(argv)
+    device = torch.device("cpu")
+    if (args.device or "cpu") == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    return bench_rank(config_from_args(args), _options_from_args(args), device)
+
+
+def _options_from_args(args: argparse.Namespace) -> RunOptions:
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout must be a finite number of seconds > 0, got "
+                         f"{args.timeout:g}")
+    try:
+        slice_bytes = parse_size(args.slice_bytes)
+    except ValueError as error:
+        raise ValueError(f"--slice-bytes: {error}") from None
+    return RunOptions(args.warmup_iters, args.iters, args.baseline, args.timeout, slice_bytes)
+
+
+def _device_from_args(args: argparse.Namespace, default: torch.device) -> torch.device:
+    device = default if args.device is None else torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: this machine has no CUDA device")
+    if args.backend == "nccl" and device.type != "cuda":
+        raise ValueError("--backend nccl needs CUDA tensors: give --device cuda")
+    return device

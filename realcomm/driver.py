@@ -1,0 +1,617 @@
+"""The driver: runs one rank's op generator over a torch.distributed process group.
+
+Each op of ``algorithms.ops`` becomes torch work on the tensor's own device:
+
+* ``Send`` / ``Recv`` are queued and posted together with ``batch_isend_irecv`` when the
+  task next blocks (NCCL needs a send and a receive between the same two ranks in one batch,
+  or both ranks block in their send). A message larger than ``slice_bytes`` travels as
+  several slices, so that the reduction of one slice overlaps the transfer of the next.
+* A plain ``Recv`` lands in its buffer directly. A reducing one lands in a scratch buffer
+  that the driver owns and reuses (keyed by length, dtype and device), and is folded into
+  the buffer with an in-place torch op once the data is there.
+* ``Wait`` waits for the works; ``Copy``, ``Divide`` and ``Alloc`` are torch ops;
+  ``Compute`` sleeps for its seconds (it stands for a kernel), one at a time per rank.
+* ``Spawn`` / ``Join`` run tasks cooperatively in one thread: when every task is blocked,
+  the driver waits for the one Wait there is in this thread, or for several at once in
+  helper threads (gloo's works cannot be polled: ``is_completed`` stays false until
+  ``wait`` is called).
+
+Message semantics follow ``algorithms.ops``: a receive's data is there once it is waited.
+A Wait finishes its sends before it folds a receive into memory that those sends read, and
+applies its receives in the order it names them, so a run gives the same bits as
+``simcomm``. One rule is stricter than the simulator's: while a plain receive is outstanding
+(posted, not yet waited), no other send or receive may touch its memory (its data lands
+in place, whenever it arrives); the driver raises ``ProtocolError`` if one does.
+
+Channels: the main task runs on channel 0, the driver's own process group. Every other
+channel a task may be spawned on is declared when the driver is made, and gets a process
+group of its own (on NCCL, tags are ignored and point-to-point ops match in issue order per
+communicator, so channels sharing one would cross). ``torch.distributed.new_group`` is
+collective over the whole default group, so every process constructs its drivers with the
+same ranks and channels in the same order, members or not.
+
+Every blocking wait has a deadline (``timeout`` seconds). A peer that dies or never
+answers makes the waiting rank raise ``PeerError`` naming the peer and the op, instead of
+hanging. Afterwards the process group is broken (gloo closes its connections on a
+timeout): destroy it, as after any error in the middle of a run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import heapq
+import itertools
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Hashable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from algorithms.buffers import chunk_bounds
+from algorithms.ops import (
+    Alloc, Comm, Compute, Copy, Divide, Join, Recv, ReduceOp, Send, Spawn, Wait,
+)
+
+MAIN_CHANNEL = 0
+DEFAULT_TIMEOUT = 300.0  # seconds
+# Messages above slice_bytes travel as slices of about that size. Off by default: on two
+# CPU cores over loopback gloo, 1 and 4 MiB slices brought ring all-reduce no steady gain
+# at 16 and 64 MiB and were up to 50% slower in some runs (docs/realcomm.md): the copies
+# at both ends already keep the cores busy, so a reduction has nothing to overlap with.
+DEFAULT_SLICE_BYTES = 0
+# Newer torch renames the tensor form of all-gather.
+_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+
+
+class RealcommError(Exception):
+    """Base of every error the driver raises about a run."""
+
+
+class ProtocolError(RealcommError):
+    """An algorithm misused the ops: bad peer, handle waited twice, task not joined, ..."""
+
+
+class ArgumentMismatchError(RealcommError):
+    """The ranks of one run disagree on the algorithm, its parameters or the buffers."""
+
+
+class PeerError(RealcommError):
+    """Waiting on other ranks failed: a peer died or closed its connection."""
+
+
+class PeerTimeoutError(PeerError):
+    """Other ranks did not answer within the timeout."""
+
+
+def _combine_sum(acc: torch.Tensor, incoming: torch.Tensor) -> None:
+    acc.add_(incoming)
+
+
+def _combine_prod(acc: torch.Tensor, incoming: torch.Tensor) -> None:
+    acc.mul_(incoming)
+
+
+def _combine_max(acc: torch.Tensor, incoming: torch.Tensor) -> None:
+    torch.maximum(acc, incoming, out=acc)
+
+
+def _combine_min(acc: torch.Tensor, incoming: torch.Tensor) -> None:
+    torch.minimum(acc, incoming, out=acc)
+
+
+_COMBINE: dict[ReduceOp | None, Callable[[torch.Tensor, torch.Tensor], None]] = {
+    ReduceOp.SUM: _combine_sum, ReduceOp.AVG: _combine_sum,  # AVG travels as a sum
+    ReduceOp.PROD: _combine_prod, ReduceOp.MAX: _combine_max, ReduceOp.MIN: _combine_min,
+}
+
+
+def divide_(buf: torch.Tensor, divisor: int) -> None:
+    """Divide in place; integers truncate toward zero, as ``algorithms.reference.divide``."""
+    if buf.is_floating_point():
+        buf.div_(divisor)
+    else:
+        buf.div_(divisor, rounding_mode="trunc")
+
+
+class Driver:
+    """Runs op generators for this process over a group of ranks.
+
+    ``ranks`` are global ranks of the default process group (all of them if None); the
+    algorithm sees their positions in that list as its ranks. Constructing a driver is
+    collective over the default group (see the module doc): every process calls it with
+    the same arguments; a process outside ``ranks`` gets a driver that cannot run.
+    """
+
+    def __init__(self, ranks: Sequence[int] | None = None, *, channels: Sequence[Hashable] = (),
+                 timeout: float = DEFAULT_TIMEOUT,
+                 slice_bytes: int = DEFAULT_SLICE_BYTES) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("torch.distributed is not initialised: start the process "
+                               "with realcomm.launch (init_from_env or spawn) first")
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+        if not isinstance(slice_bytes, int) or slice_bytes < 0:
+            raise ValueError(f"slice_bytes must be an int >= 0, got {slice_bytes!r}")
+        names = list(channels)
+        if MAIN_CHANNEL in names or len(set(names)) != len(names):
+            raise ValueError(f"channels must be distinct and leave out {MAIN_CHANNEL!r}, the "
+                             f"main task's, got {names!r}")
+        self.timeout = float(timeout)
+        self.slice_bytes = slice_bytes
+        pg_timeout = datetime.timedelta(seconds=timeout)
+        if ranks is None:
+            group: Any = dist.group.WORLD
+        else:
+            group = dist.new_group(sorted(ranks), timeout=pg_timeout)
+        self._groups: dict[Hashable, Any] = {MAIN_CHANNEL: group}
+        for name in names:
+            self._groups[name] = dist.new_group(
+                None if ranks is None else sorted(ranks), timeout=pg_timeout)
+        self.is_member = group != dist.GroupMember.NON_GROUP_MEMBER
+        # Peers are ranks of the group; torch's point-to-point ops take global ranks.
+        self._global_ranks: list[int] = []
+        self._scratch: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
+        if self.is_member:
+            self.comm = Comm(dist.get_rank(group), dist.get_world_size(group))
+            self._global_ranks = dist.get_process_group_ranks(group)
+            # Every rank of a new communicator takes part in its first op: NCCL wants that
+            # of batched point-to-point ops, which may involve only some ranks.
+            for channel_group in self._groups.values():
+                dist.barrier(group=channel_group)
+
+    @property
+    def group(self) -> Any:
+        """The process group of the main channel (for torch's own collectives on it)."""
+        return self._groups[MAIN_CHANNEL]
+
+    @property
+    def channels(self) -> tuple[Hashable, ...]:
+        """The channels a task may be spawned on (the main channel not included)."""
+        return tuple(name for name in self._groups if name != MAIN_CHANNEL)
+
+    def run(self, algorithm: Callable[..., Any], x: torch.Tensor, /, *,
+            check_args: bool = True, equal_lengths: bool = True, **params: Any) -> Any:
+        """Run ``algorithm(comm, x, **params)`` for this rank and return its result.
+
+        Collective: every rank of the driver calls it. The algorithm works on ``x`` in place
+        (a 1-D contiguous tensor; CPU tensors need gloo, CUDA tensors NCCL). With
+        ``check_args`` the ranks first compare the algorithm, its parameters, the dtype and
+        device type, the channels, the slicing and (with ``equal_lengths``; turn it off
+        for an uneven all-to-all) the length, and all raise ``ArgumentMismatchError`` if
+        they differ. It costs one small collective, so timing loops turn it off.
+        """
+        if not self.is_member:
+            raise RuntimeError("this process is not one of the driver's ranks")
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or not x.is_contiguous():
+            raise TypeError(f"x must be a 1-D contiguous torch tensor, got "
+                            f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
+        if check_args:
+            self._check_args(algorithm, x, params, equal_lengths)
+        gen = algorithm(self.comm, x, **params)
+        if not isinstance(gen, Generator):
+            raise TypeError(f"{getattr(algorithm, '__name__', algorithm)!r} did not return a "
+                            "generator: an algorithm is a generator function that yields ops")
+        return _Run(self).execute(gen)
+
+    def _check_args(self, algorithm: Callable[..., Any], x: torch.Tensor,
+                    params: dict[str, Any], equal_lengths: bool) -> None:
+        mine = {
+            "algorithm": f"{getattr(algorithm, '__module__', '?')}."
+                         f"{getattr(algorithm, '__qualname__', repr(algorithm))}",
+            "params": repr(sorted(params.items())),
+            "dtype": str(x.dtype),
+            "device type": x.device.type,
+            "channels": repr(self.channels),
+            "slice_bytes": str(self.slice_bytes),
+        }
+        if equal_lengths:
+            mine["length"] = str(len(x))
+        # Compare digests first: a collective of fixed size whose wait has a deadline.
+        digest = hashlib.sha256(repr(sorted(mine.items())).encode()).digest()
+        mine_tensor = torch.tensor(list(digest), dtype=torch.uint8, device=x.device)
+        everyone_tensor = torch.empty(self.comm.size * len(digest), dtype=torch.uint8,
+                                      device=x.device)
+        deadline = time.monotonic() + self.timeout
+        try:
+            _wait_until(_all_gather(everyone_tensor, mine_tensor, group=self.group,
+                                    async_op=True), deadline)
+        except RuntimeError as error:
+            raise _peer_error(self.comm.rank, "comparing this run's arguments with the "
+                              "other ranks", error, deadline, self.timeout) from error
+        if bool((everyone_tensor.view(self.comm.size, -1) == mine_tensor).all()):
+            return
+        # They differ: gather the readable form to say how (the group is healthy).
+        everyone: list[Any] = [None] * self.comm.size
+        dist.all_gather_object(everyone, mine, group=self.group)
+        for key in mine:
+            values = [theirs.get(key) for theirs in everyone]
+            if len(set(values)) > 1:
+                listed = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+                raise ArgumentMismatchError(f"ranks disagree on the {key} of this run: "
+                                            f"{listed}")
+
+    def _take_scratch(self, like: torch.Tensor) -> torch.Tensor:
+        free = self._scratch.get((len(like), like.dtype, like.device))
+        return free.pop() if free else torch.empty_like(like)
+
+    def _give_scratch(self, buf: torch.Tensor) -> None:
+        self._scratch.setdefault((len(buf), buf.dtype, buf.device), []).append(buf)
+
+
+def _wait_until(work: Any, deadline: float) -> None:
+    """``work.wait()``, giving up at ``deadline`` (monotonic seconds)."""
+    # At least a millisecond: gloo gives up at once on a zero timeout, even on works that
+    # are already done.
+    work.wait(datetime.timedelta(seconds=max(deadline - time.monotonic(), 1e-3)))
+
+
+def _peer_error(rank: int, what: str, error: Exception, deadline: float, timeout: float
+                ) -> PeerError:
+    timed_out = time.monotonic() >= deadline
+    why = f"no answer within the timeout of {timeout:g}s" if timed_out else "the transport failed"
+    kind = PeerTimeoutError if timed_out else PeerError
+    return kind(f"rank {rank} gave up on {what}: {why} ({' '.join(str(error).split())})")
+
+
+def _span(buf: torch.Tensor) -> tuple[torch.device, int, int]:
+    start = buf.data_ptr()
+    return buf.device, start, start + buf.numel() * buf.element_size()
+
+
+class _Handle:
+    """A posted Send or Recv, and the slices it travels in once flushed."""
+
+    __slots__ = ("task", "is_send", "peer", "buf", "reduce", "span", "scratch", "pieces",
+                 "waited")
+
+    def __init__(self, task: _Task, is_send: bool, peer: int, buf: torch.Tensor,
+                 reduce: ReduceOp | None) -> None:
+        self.task, self.is_send, self.peer, self.buf, self.reduce = (
+            task, is_send, peer, buf, reduce)
+        self.span = _span(buf)
+        self.scratch: torch.Tensor | None = None  # where the data lands, if not in buf
+        self.pieces: list[tuple[tuple[Any, ...], int, int]] = []  # (works, start, stop)
+        self.waited = False
+
+    def overlaps(self, other: _Handle) -> bool:
+        (dev_a, lo_a, hi_a), (dev_b, lo_b, hi_b) = self.span, other.span
+        return dev_a == dev_b and lo_a < hi_b and lo_b < hi_a and lo_a < hi_a and lo_b < hi_b
+
+    def describe(self) -> str:
+        what = "Send to" if self.is_send else "Recv from"
+        return (f"{what} rank {self.peer} on channel {self.task.channel!r} "
+                f"({len(self.buf)} x {self.buf.dtype})")
+
+
+class _Task:
+    __slots__ = ("channel", "group", "gen", "queued", "outstanding", "children", "done",
+                 "result", "joined", "joiner")
+
+    def __init__(self, channel: Hashable, group: Any, gen: Generator[Any, Any, Any]) -> None:
+        self.channel, self.group, self.gen = channel, group, gen
+        self.queued: list[_Handle] = []  # posted by the algorithm, not yet given to torch
+        self.outstanding: dict[int, _Handle] = {}  # posted, not yet waited
+        self.children: list[_Task] = []
+        self.done = False
+        self.result: Any = None
+        self.joined = False
+        self.joiner: _Task | None = None
+
+
+_BLOCKED = object()
+
+
+class _Run:
+    """The state of one ``Driver.run``: its tasks and who is blocked on what."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.rank = driver.comm.rank
+        self.size = driver.comm.size
+        self.global_ranks = driver._global_ranks
+        self.ready: deque[tuple[_Task, Any]] = deque()
+        self.waiting: list[tuple[_Task, tuple[_Handle, ...], float]] = []
+        self.sleeping: list[tuple[float, int, _Task]] = []  # heap of (wake time, seq, task)
+        self.sequence = itertools.count()
+        self.compute_free = 0.0  # when this rank's compute stream is next free
+        self.outstanding: dict[int, _Handle] = {}  # every task's handles, posted and flushed
+        self.live_channels: set[Hashable] = set()
+        self.finished: queue.SimpleQueue[tuple[_Task, tuple[_Handle, ...],
+                                               BaseException | None]] = queue.SimpleQueue()
+        self.helpers = 0
+        self.handlers: dict[type, Callable[[_Task, Any], Any]] = {
+            Send: self._send, Recv: self._recv, Wait: self._wait, Compute: self._compute,
+            Copy: self._copy, Divide: self._divide, Alloc: self._alloc, Spawn: self._spawn,
+            Join: self._join,
+        }
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    def execute(self, gen: Generator[Any, Any, Any]) -> Any:
+        main = self._start(gen, MAIN_CHANNEL)
+        while not main.done:
+            while self.ready:
+                task, value = self.ready.popleft()
+                self._step(task, value)
+            if not main.done:
+                self._block()
+        return main.result
+
+    def _block(self) -> None:
+        """Nothing can run: wait for a Wait to finish or a Compute to end."""
+        if len(self.waiting) == 1 and not self.helpers and not self.sleeping:
+            task, handles, deadline = self.waiting.pop()
+            self._finish_wait(handles, deadline)
+            self._after_wait(task, handles)
+            return
+        for task, handles, deadline in self.waiting:
+            threading.Thread(target=self._helper, args=(task, handles, deadline),
+                             daemon=True).start()
+            self.helpers += 1
+        self.waiting.clear()
+        if self.helpers:
+            timeout = None
+            if self.sleeping:
+                timeout = max(0.0, self.sleeping[0][0] - time.monotonic())
+            try:
+                task, handles, error = self.finished.get(timeout=timeout)
+            except queue.Empty:
+                pass
+            else:
+                self.helpers -= 1
+                if error is not None:
+                    raise error
+                self._after_wait(task, handles)
+        elif self.sleeping:
+            time.sleep(max(0.0, self.sleeping[0][0] - time.monotonic()))
+        now = time.monotonic()
+        while self.sleeping and self.sleeping[0][0] <= now:
+            self.ready.append((heapq.heappop(self.sleeping)[2], None))
+
+    def _helper(self, task: _Task, handles: tuple[_Handle, ...], deadline: float) -> None:
+        try:
+            self._finish_wait(handles, deadline)
+        except BaseException as error:  # handed to the scheduling thread, which raises it
+            self.finished.put((task, handles, error))
+        else:
+            self.finished.put((task, handles, None))
+
+    def _start(self, gen: Generator[Any, Any, Any], channel: Hashable) -> _Task:
+        if channel in self.live_channels:
+            raise ProtocolError(f"rank {self.rank} spawned a task on channel {channel!r}, "
+                                "which a live task of that rank already uses: concurrent "
+                                "tasks need distinct channels")
+        group = self.driver._groups.get(channel)
+        if group is None:
+            raise ProtocolError(
+                f"rank {self.rank} spawned a task on channel {channel!r}, which the driver "
+                f"does not have; declare it: Driver(channels=[...]) (declared: "
+                f"{list(self.driver.channels)!r})")
+        self.live_channels.add(channel)
+        task = _Task(channel, group, gen)
+        self.ready.appendleft((task, None))
+        return task
+
+    def _step(self, task: _Task, value: Any) -> None:
+        handlers, send = self.handlers, task.gen.send
+        while True:
+            try:
+                op = send(value)
+            except StopIteration as stop:
+                self._finish(task, stop.value)
+                return
+            except RealcommError:
+                raise
+            except Exception as error:
+                error.add_note(f"raised by the algorithm on rank {self.rank} "
+                               f"(channel {task.channel!r})")
+                raise
+            handler = handlers.get(type(op))
+            if handler is None:
+                raise ProtocolError(f"rank {self.rank} yielded {op!r}, which is not an op")
+            value = handler(task, op)
+            if value is _BLOCKED:
+                self._flush(task)
+                return
+
+    def _finish(self, task: _Task, result: Any) -> None:
+        if task.outstanding:
+            waits = "; ".join(h.describe() for h in task.outstanding.values())
+            raise ProtocolError(f"rank {self.rank} (channel {task.channel!r}) returned "
+                                f"without waiting for: {waits}")
+        unjoined = [c.channel for c in task.children if not c.joined]
+        if unjoined:
+            raise ProtocolError(f"rank {self.rank} (channel {task.channel!r}) returned "
+                                f"without joining its tasks on channels {unjoined!r}")
+        task.done, task.result = True, result
+        self.live_channels.discard(task.channel)
+        if task.joiner is not None:
+            task.joined = True
+            self.ready.append((task.joiner, result))
+
+    # -- point to point --------------------------------------------------------------------
+
+    def _post(self, task: _Task, op: Send | Recv) -> _Handle:
+        is_send = isinstance(op, Send)
+        what = "Send" if is_send else "Recv"
+        if op.peer >= self.size:
+            raise ProtocolError(f"rank {self.rank} posted a {what} with peer {op.peer}, but "
+                                f"the world has {self.size} ranks")
+        if op.peer == self.rank:
+            raise ProtocolError(f"rank {self.rank} posted a {what} to itself; use Copy")
+        if not isinstance(op.buf, torch.Tensor) or not op.buf.is_contiguous():
+            raise ProtocolError(f"rank {self.rank} posted a {what} of a "
+                                f"{type(op.buf).__name__} that is not a contiguous tensor")
+        h = _Handle(task, is_send, op.peer, op.buf, None if isinstance(op, Send) else op.reduce)
+        task.queued.append(h)
+        task.outstanding[id(h)] = h
+        return h
+
+    def _send(self, task: _Task, op: Send) -> _Handle:
+        return self._post(task, op)
+
+    def _recv(self, task: _Task, op: Recv) -> _Handle:
+        return self._post(task, op)
+
+    def _flush(self, task: _Task) -> None:
+        """Hand the task's queued sends and receives to torch, in one batch."""
+        if not task.queued:
+            return
+        ops, owners = [], []
+        for h in task.queued:
+            self._place(h)
+            target = h.buf if h.scratch is None else h.scratch
+            for start, stop in self._slices(len(target), target.element_size()):
+                ops.append(dist.P2POp(dist.isend if h.is_send else dist.irecv,
+                                      target[start:stop], self.global_ranks[h.peer],
+                                      task.group))
+                owners.append((h, start, stop))
+            self.outstanding[id(h)] = h
+        task.queued.clear()
+        try:
+            works = dist.batch_isend_irecv(ops)
+        except RuntimeError as error:  # gloo refuses to post to a peer that has gone
+            posted = "; ".join(h.describe() for h, _, _ in owners)
+            raise _peer_error(self.rank, f"posting {posted}", error, math.inf,
+                              self.driver.timeout) from error
+        # Backends that coalesce (NCCL) return one work for the whole batch.
+        per_op = [(w,) for w in works] if len(works) == len(ops) else [tuple(works)] * len(ops)
+        for (h, start, stop), op_works in zip(owners, per_op):
+            h.pieces.append((op_works, start, stop))
+
+    def _place(self, h: _Handle) -> None:
+        """Decide where a receive lands, and refuse ops over an outstanding plain receive."""
+        overlapping = [o for o in self.outstanding.values() if h.overlaps(o)]
+        for other in overlapping:
+            if not other.is_send and other.scratch is None:
+                raise ProtocolError(
+                    f"rank {self.rank} posted a {h.describe()} over memory that its "
+                    f"outstanding {other.describe()} writes; wait for that receive first")
+        if not h.is_send and (h.reduce is not None or overlapping):
+            h.scratch = self.driver._take_scratch(h.buf)
+
+    def _slices(self, count: int, itemsize: int) -> list[tuple[int, int]]:
+        slice_bytes = self.driver.slice_bytes
+        nbytes = count * itemsize
+        if not slice_bytes or nbytes <= slice_bytes:
+            return [(0, count)]
+        return chunk_bounds(count, -(-nbytes // slice_bytes))
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def _wait(self, task: _Task, op: Wait) -> Any:
+        self._flush(task)
+        for h in op.handles:
+            if not isinstance(h, _Handle):
+                raise ProtocolError(f"rank {self.rank} waited on {h!r}, which is not a Send "
+                                    "or Recv handle (join tasks with Join)")
+            if h.task is not task:
+                raise ProtocolError(f"rank {self.rank} (channel {task.channel!r}) waited on "
+                                    "a handle that another task posted")
+            if h.waited:
+                raise ProtocolError(f"rank {self.rank} waited twice on its {h.describe()}")
+            h.waited = True
+            del task.outstanding[id(h)]
+        in_this_wait = {id(h) for h in op.handles}
+        for h in op.handles:
+            if h.is_send:
+                continue
+            for other in self.outstanding.values():
+                if (other.is_send and id(other) not in in_this_wait and h.scratch is not None
+                        and h.overlaps(other)):
+                    raise ProtocolError(
+                        f"rank {self.rank} waited on its {h.describe()}, which changes the "
+                        f"buffer of its {other.describe()} before that send was waited")
+        self.waiting.append((task, op.handles, time.monotonic() + self.driver.timeout))
+        return _BLOCKED
+
+    def _finish_wait(self, handles: Sequence[_Handle], deadline: float) -> None:
+        """Wait for every handle and land the receives, in order. Runs in any thread."""
+        sends = [h for h in handles if h.is_send]
+        finished: set[int] = set()
+        for h in handles:
+            if h.is_send or h.scratch is None:
+                continue
+            for s in sends:  # the data of a send must leave before we overwrite it
+                if id(s) not in finished and h.overlaps(s):
+                    self._wait_pieces(s, deadline)
+                    finished.add(id(s))
+            combine = _COMBINE.get(h.reduce)
+            for works, start, stop in h.pieces:
+                self._wait_works(h, works, deadline)
+                if combine is None:
+                    h.buf[start:stop].copy_(h.scratch[start:stop])
+                else:
+                    combine(h.buf[start:stop], h.scratch[start:stop])
+            finished.add(id(h))
+        for h in handles:
+            if id(h) not in finished:
+                self._wait_pieces(h, deadline)
+
+    def _wait_pieces(self, h: _Handle, deadline: float) -> None:
+        for works, _, _ in h.pieces:
+            self._wait_works(h, works, deadline)
+
+    def _wait_works(self, h: _Handle, works: tuple[Any, ...], deadline: float) -> None:
+        for work in works:
+            try:
+                _wait_until(work, deadline)
+            except RuntimeError as error:
+                raise _peer_error(self.rank, f"its {h.describe()}", error, deadline,
+                                  self.driver.timeout) from error
+
+    def _after_wait(self, task: _Task, handles: Sequence[_Handle]) -> None:
+        for h in handles:
+            del self.outstanding[id(h)]
+            if h.scratch is not None:
+                self.driver._give_scratch(h.scratch)
+                h.scratch = None
+        self.ready.append((task, None))
+
+    # -- local work ------------------------------------------------------------------------
+
+    def _compute(self, task: _Task, op: Compute) -> Any:
+        now = time.monotonic()
+        self.compute_free = max(now, self.compute_free) + op.seconds
+        heapq.heappush(self.sleeping, (self.compute_free, next(self.sequence), task))
+        return _BLOCKED
+
+    def _copy(self, task: _Task, op: Copy) -> None:
+        if len(op.dst) != len(op.src) or op.dst.dtype != op.src.dtype:
+            raise ProtocolError(f"rank {self.rank} copied {len(op.src)} x {op.src.dtype} into "
+                                f"{len(op.dst)} x {op.dst.dtype}")
+        op.dst.copy_(op.src)
+
+    def _divide(self, task: _Task, op: Divide) -> None:
+        divide_(op.buf, op.divisor)
+
+    def _alloc(self, task: _Task, op: Alloc) -> torch.Tensor:
+        # Zeros, as the simulator allocates, so that no algorithm can see stale memory.
+        return torch.zeros(op.count, dtype=op.like.dtype, device=op.like.device)
+
+    def _spawn(self, task: _Task, op: Spawn) -> Any:
+        child = self._start(op.schedule, op.channel)
+        task.children.append(child)
+        # The child runs first, until it blocks, as in the simulator; then the parent.
+        self.ready.insert(1, (task, child))
+        return _BLOCKED
+
+    def _join(self, task: _Task, op: Join) -> Any:
+        child = op.task
+        if not isinstance(child, _Task) or child not in task.children:
+            raise ProtocolError(f"rank {self.rank} joined {child!r}, which is not a task it "
+                                "spawned")
+        if child.joined or child.joiner is not None:
+            raise ProtocolError(f"rank {self.rank} joined its task on channel "
+                                f"{child.channel!r} twice")
+        if child.done:
+            child.joined = True
+            return child.result
+        child.joiner = task
+        return _BLOCKED
