@@ -1,28 +1,46 @@
 """The ``simcomm`` command line.
 
-``simcomm bench`` simulates one collective over a range of sizes and prints nccl-tests'
-columns (see ``algorithms.bench``), e.g.::
+* ``simcomm bench`` simulates one collective over a range of sizes and prints nccl-tests'
+  columns (see ``algorithms.bench``), on a builder topology or on a preset or file::
 
-    simcomm bench --algorithm ring_allreduce --ranks 8 --topology ring \\
-        --bandwidth 100GB/s --latency 5us --sizes 1KiB,1MiB,1GiB --format csv
+      simcomm bench --algorithm ring_allreduce --ranks 8 --topology ring \\
+          --bandwidth 100GB/s --latency 5us --sizes 1KiB,1MiB,1GiB --format csv
+      simcomm bench --algorithm ring_allreduce --topology dgx-a100 -b 1M -e 1G --summary
 
-Each subcommand lives in its own pair of functions (one adds its parser, one runs it), so
-more can be added beside ``bench``. Bad arguments, simulator errors and a ``--check`` too
-large for memory print one line, ``simcomm: error: ...``, on stderr and exit with status 2.
+* ``simcomm topo list`` lists the presets; ``simcomm topo show NAME|FILE`` describes one.
+* ``simcomm sweep`` simulates a grid of algorithms, sizes, topologies, ranks, bandwidths and
+  latencies in parallel and writes a CSV, plots and a crossover table (``simcomm.sweep``).
+* ``simcomm plot`` draws the plots and the crossover table again from CSVs, with measured
+  results (``realcomm bench --format csv``) beside the simulated ones.
+
+Each subcommand lives in its own pair of functions (one adds its parser, one runs it). Bad
+arguments, simulator errors and a ``--check`` too large for memory print one line,
+``simcomm: error: ...``, on stderr and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from algorithms.bench import (
-    BenchConfig, BenchRow, add_bench_arguments, bench_row, buffer_count, check_inputs, config_from_args,
-    count_wrong, format_rows,
+    add_bench_arguments, buffer_count, config_from_args, format_rows, parse_size, parse_sizes,
+    size_range,
 )
 from simcomm.buffers import SizeOnly
 from simcomm.engine import SimulationError, simulate
+from simcomm.presets import describe, list_presets
+from simcomm.summary import format_summary
+from simcomm.sweep import (
+    DEFAULT_ALGORITHMS, DEFAULT_BANDWIDTHS, DEFAULT_LATENCIES, DEFAULT_RANKS, DEFAULT_SIZES,
+    DEFAULT_TOPOLOGIES, Grid, ProgressBar, Series, SweepRow, bench_size, crossovers,
+    default_jobs, format_crossovers, is_builder, load_named_topology, measured_spec,
+    read_bench_csv, read_csv, run_sweep, split_list, write_csv, write_plots,
+)
+from simcomm.topofile import dump_topology
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
 from simcomm.units import parse_bandwidth, parse_seconds
 
@@ -48,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         return args.run(args)
-    except (_UsageError, ValueError, SimulationError, MemoryError) as error:
+    except (_UsageError, ValueError, SimulationError, MemoryError, OSError) as error:
         message = " ".join(str(error).split())
         print(f"simcomm: error: {message}", file=sys.stderr)
         return USAGE_ERROR
@@ -59,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="simcomm", description="Simulate collective communication.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_bench_parser(commands)
+    _add_topo_parser(commands)
+    _add_sweep_parser(commands)
+    _add_plot_parser(commands)
     return parser
 
 
@@ -71,16 +92,23 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
                     "Buffers are size-only (nothing is allocated) unless --check asks for "
                     "real data.")
     add_bench_arguments(parser)
-    topology = parser.add_argument_group("topology")
-    topology.add_argument("--ranks", type=int, required=True, metavar="N",
-                          help="number of ranks (GPUs)")
-    topology.add_argument("--topology", required=True, metavar="KIND",
-                          help=f"one of {', '.join(TOPOLOGIES)}")
-    topology.add_argument("--bandwidth", required=True, metavar="RATE",
+    parser.add_argument("--summary", action="store_true",
+                        help="after the rows, summarise the run of the largest size: busiest "
+                             "links and each rank's busy and idle time (on stderr with "
+                             "--format csv or json)")
+    topology = parser.add_argument_group(
+        "topology", "a builder (--ranks, --bandwidth and --latency required), a preset "
+                    "(simcomm topo list) or a topology file (.toml), which brings its own "
+                    "ranks and links")
+    topology.add_argument("--topology", metavar="KIND|PRESET|FILE",
+                          help=f"one of {', '.join(TOPOLOGIES)}, a preset or a .toml file")
+    topology.add_argument("--ranks", type=int, metavar="N",
+                          help="number of ranks (GPUs); with a preset or file, its own")
+    topology.add_argument("--bandwidth", metavar="RATE",
                           help="bandwidth of each link, e.g. 100GB/s or 400Gbps")
-    topology.add_argument("--latency", required=True, metavar="TIME",
+    topology.add_argument("--latency", metavar="TIME",
                           help="latency from GPU to GPU, e.g. 5us")
-    topology.add_argument("--reduce-bandwidth", default="inf", metavar="RATE",
+    topology.add_argument("--reduce-bandwidth", metavar="RATE",
                           help="rate of local reductions and copies (default inf: free)")
     topology.add_argument("--gpus-per-node", type=int, metavar="N",
                           help="hierarchical: GPUs per node (default min(ranks, 8))")
@@ -96,41 +124,63 @@ def bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     topology = _topology_from_args(args)
     config.check_world(topology.size)
-    rows = [_bench_size(config, topology, size) for size in config.sizes]
+    rows = [bench_size(config, topology, size, config.check) for size in config.sizes]
     header = [
-        f"simcomm bench: {config.collective.name} on {topology.size} ranks, {args.topology} "
-        f"topology, links {args.bandwidth} and {args.latency}, reduce bandwidth "
-        f"{args.reduce_bandwidth}",
         "data check: on (numpy data)" if config.check else
         "data check: off (size-only buffers; --check runs real data)",
     ]
+    if is_builder(args.topology):
+        header.insert(0, f"simcomm bench: {config.collective.name} on {topology.size} ranks, "
+                         f"{args.topology} topology, links {args.bandwidth} and {args.latency}, "
+                         f"reduce bandwidth {args.reduce_bandwidth or 'inf'}")
+    else:
+        header.insert(0, f"simcomm bench: {config.collective.name} on {topology.size} ranks, "
+                         f"topology {topology.name} (simcomm topo show {args.topology} lists "
+                         "its links)")
     if args.topology == "hierarchical":
         header.append(f"network links {args.inter_bandwidth or args.bandwidth} and "
                       f"{args.inter_latency or args.latency}")
     if config.params:
         header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params.items()))
     sys.stdout.write(format_rows(rows, config.format, header))
+    if args.summary:
+        largest = max(config.sizes)
+        count = buffer_count(config.collective, topology.size, largest, config.dtype.itemsize)
+        # Timing does not depend on the data, so a size-only rerun with a trace will do.
+        result = simulate(config.collective.function,
+                          [SizeOnly(count, config.dtype)] * topology.size, topology,
+                          **config.algorithm_kwargs())
+        text = f"summary of the largest size, {largest} B:\n" + format_summary(result)
+        stream = sys.stdout if config.format == "table" else sys.stderr
+        stream.write("".join(f"# {line}\n" for line in text.splitlines()) + "#\n")
     return 0
 
 
-def _bench_size(config: BenchConfig, topology: Topology, size: int) -> BenchRow:
-    p = topology.size
-    count = buffer_count(config.collective, p, size, config.dtype.itemsize)
-    if config.check:
-        inputs = check_inputs(p, count, config.dtype, config.op)
-    else:
-        inputs = [SizeOnly(count, config.dtype)] * p  # immutable, so one serves every rank
-    result = simulate(config.collective.function, inputs, topology, record=False,
-                      **config.algorithm_kwargs())
-    wrong = None
-    if config.check:
-        wrong = count_wrong(config.collective, inputs, result.results, config.op, config.root,
-                            config.params)
-    return bench_row(config.collective, p, size, config.dtype, config.op, config.root,
-                     result.time, wrong)
+_BUILDER_ONLY = ("bandwidth", "latency", "reduce_bandwidth", "gpus_per_node",
+                 "inter_bandwidth", "inter_latency")
 
 
 def _topology_from_args(args: argparse.Namespace) -> Topology:
+    if args.topology is None or is_builder(args.topology):
+        missing = [f"--{flag}" for flag in ("ranks", "topology", "bandwidth", "latency")
+                   if getattr(args, flag) is None]
+        if missing:
+            raise _UsageError(f"the following arguments are required: {', '.join(missing)} "
+                              "(see simcomm bench --help)")
+        return _builder_from_args(args)
+    topology = load_named_topology(args.topology)
+    for flag in _BUILDER_ONLY:
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} applies only to the builder "
+                             f"topologies ({', '.join(TOPOLOGIES)}); {args.topology} brings "
+                             f"its own links (simcomm topo show {args.topology})")
+    if args.ranks is not None and args.ranks != topology.size:
+        raise ValueError(f"--ranks {args.ranks} does not match {args.topology}, which has "
+                         f"{topology.size} ranks (leave --ranks out)")
+    return topology
+
+
+def _builder_from_args(args: argparse.Namespace) -> Topology:
     if args.ranks < 1:
         raise ValueError(f"--ranks must be >= 1, got {args.ranks}")
     if args.topology != "hierarchical":
@@ -144,7 +194,8 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
         args.topology, args.ranks,
         _flag(parse_bandwidth, "--bandwidth", args.bandwidth),
         _flag(parse_seconds, "--latency", args.latency),
-        _flag(parse_bandwidth, "--reduce-bandwidth", args.reduce_bandwidth),
+        _flag(parse_bandwidth, "--reduce-bandwidth",
+              "inf" if args.reduce_bandwidth is None else args.reduce_bandwidth),
         gpus_per_node=args.gpus_per_node,
         inter_bandwidth=_flag(parse_bandwidth, "--inter-bandwidth", args.inter_bandwidth),
         inter_latency=_flag(parse_seconds, "--inter-latency", args.inter_latency))
@@ -158,3 +209,206 @@ def _flag(parse: Callable[[str], float], flag: str, text: str | None) -> float |
         return parse(text)
     except ValueError as error:
         raise ValueError(f"{flag}: {error}") from None
+
+
+# -- topo -------------------------------------------------------------------------------
+
+def _add_topo_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("topo", help="list and describe topology presets and files",
+                                 description="List the topology presets, or describe a "
+                                             "preset or a topology file.")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="the presets, each with its description")
+    listing.set_defaults(run=topo_list)
+    show = actions.add_parser("show", help="describe a preset or a topology file")
+    show.add_argument("topology", metavar="NAME|FILE",
+                      help="a preset (dgx-a100, cluster-h100:nodes=4) or a .toml file")
+    show.add_argument("--toml", action="store_true",
+                      help="print it as a topology file instead (to edit and load back)")
+    show.set_defaults(run=topo_show)
+
+
+def topo_list(args: argparse.Namespace) -> int:
+    """``simcomm topo list``: each preset with its one-line description."""
+    presets = list_presets()
+    width = max(len(name) for name, _ in presets)
+    for name, description in presets:
+        print(f"{name:<{width}}  {description}")
+    print(f"\nbuilders (with --ranks, --bandwidth and --latency): {', '.join(TOPOLOGIES)}; "
+          "a topology file: any .toml path (docs/topologies.md)")
+    return 0
+
+
+def topo_show(args: argparse.Namespace) -> int:
+    """``simcomm topo show``: describe a preset or a topology file."""
+    if is_builder(args.topology):
+        raise ValueError(f"{args.topology} is a builder: it needs ranks, bandwidth and "
+                         "latency, so describe it with simcomm bench; topo show takes a "
+                         "preset or a .toml file")
+    topology = load_named_topology(args.topology)
+    sys.stdout.write(dump_topology(topology) if args.toml else describe(topology) + "\n")
+    return 0
+
+
+# -- sweep ------------------------------------------------------------------------------
+
+def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "sweep", help="simulate a grid in parallel; write a CSV, plots and crossovers",
+        description="Simulate every combination of algorithms, sizes, topologies, ranks, "
+                    "bandwidths and latencies (size-only), in parallel, and write "
+                    "DIR/sweep.csv, a PNG per ranks x bandwidth x latency and "
+                    "DIR/crossover.md, the fastest algorithm per size range. Each axis is "
+                    "a comma list.")
+    grid = parser.add_argument_group("grid")
+    grid.add_argument("--algorithm", metavar="LIST", default=",".join(DEFAULT_ALGORITHMS),
+                      help="algorithms, NAME or NAME:key=value (e.g. "
+                           "reduce_broadcast_allreduce:tree=true); default: the three "
+                           "all-reduces")
+    grid.add_argument("--sizes", metavar="LIST", help="sizes, e.g. 1KiB,1MiB,1GiB "
+                                                      "(default: 1KiB to 1GiB, x4)")
+    grid.add_argument("-b", "--minbytes", metavar="SIZE", help="smallest size (default 1K)")
+    grid.add_argument("-e", "--maxbytes", metavar="SIZE", help="largest size (default 1G)")
+    grid.add_argument("-f", "--stepfactor", type=int, metavar="N",
+                      help="multiply the size by N between runs (default 4)")
+    grid.add_argument("--dtype", default="float", metavar="TYPE", help="default float")
+    grid.add_argument("--topology", metavar="LIST", default=",".join(DEFAULT_TOPOLOGIES),
+                      help=f"builders ({', '.join(TOPOLOGIES)}), presets or .toml files "
+                           f"(default {','.join(DEFAULT_TOPOLOGIES)})")
+    grid.add_argument("--ranks", metavar="LIST",
+                      help=f"for the builders (default {','.join(map(str, DEFAULT_RANKS))})")
+    grid.add_argument("--bandwidth", metavar="LIST",
+                      help=f"for the builders (default {','.join(DEFAULT_BANDWIDTHS)})")
+    grid.add_argument("--latency", metavar="LIST",
+                      help=f"for the builders (default {','.join(DEFAULT_LATENCIES)})")
+    grid.add_argument("--reduce-bandwidth", metavar="RATE",
+                      help="for the builders: rate of local reductions (default inf: free)")
+    parser.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
+                        help="processes to simulate in (default: every core, here "
+                             f"{default_jobs()})")
+    _add_output_arguments(parser)
+    parser.add_argument("--progress", action="store_true",
+                        help="draw the progress bar on stderr even when it is not a terminal")
+    parser.set_defaults(run=sweep)
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the results")
+    parser.add_argument("--measured", action="append", default=[], metavar="[LABEL=]FILE",
+                        help="measured results in the bench CSV columns (realcomm bench "
+                             "--format csv) to draw beside the simulated lines (repeatable)")
+    parser.add_argument("--no-plots", action="store_true", help="write no PNGs")
+
+
+def sweep(args: argparse.Namespace) -> int:
+    """``simcomm sweep``: simulate the grid, then write the CSV, the plots and the table."""
+    grid = _grid_from_args(args)
+    points = grid.points()
+    measured = _measured_from_args(args)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    show = args.progress or sys.stderr.isatty()
+    started = time.perf_counter()
+    rows = run_sweep(points, args.jobs, ProgressBar(sys.stderr) if show else None)
+    seconds = time.perf_counter() - started
+    processes = min(args.jobs, len(points))
+    with open(out / "sweep.csv", "w", encoding="utf-8", newline="") as stream:
+        write_csv(rows, stream)
+    print(f"simulated {len(points)} points in {seconds:.2f} s with {processes} "
+          f"process{'es' * (processes > 1)}")
+    _report(rows, measured, out, args.no_plots, [out / "sweep.csv"])
+    return 0
+
+
+def _grid_from_args(args: argparse.Namespace) -> Grid:
+    topologies = tuple(split_list(args.topology))
+    builders = any(is_builder(t) for t in topologies)
+    for flag in ("ranks", "bandwidth", "latency", "reduce_bandwidth"):
+        if getattr(args, flag) is not None and not builders:
+            raise ValueError(f"--{flag.replace('_', '-')} applies only to the builder "
+                             f"topologies ({', '.join(TOPOLOGIES)}), and --topology names "
+                             "none (presets and files bring their own)")
+    return Grid(
+        algorithms=tuple(split_list(args.algorithm)),
+        sizes=_sweep_sizes(args),
+        topologies=topologies,
+        ranks=tuple(_int_item("--ranks", item) for item in split_list(args.ranks))
+        if args.ranks is not None else DEFAULT_RANKS,
+        bandwidths=tuple(split_list(args.bandwidth))
+        if args.bandwidth is not None else DEFAULT_BANDWIDTHS,
+        latencies=tuple(split_list(args.latency))
+        if args.latency is not None else DEFAULT_LATENCIES,
+        dtype=args.dtype,
+        reduce_bandwidth="inf" if args.reduce_bandwidth is None else args.reduce_bandwidth)
+
+
+def _sweep_sizes(args: argparse.Namespace) -> tuple[int, ...]:
+    stepped = (args.minbytes, args.maxbytes, args.stepfactor)
+    if args.sizes is not None:
+        if any(value is not None for value in stepped):
+            raise ValueError("give either --sizes or -b/-e/-f, not both")
+        return parse_sizes(args.sizes)
+    if all(value is None for value in stepped):
+        return DEFAULT_SIZES
+    return size_range(parse_size(args.minbytes or "1K"), parse_size(args.maxbytes or "1G"),
+                      4 if args.stepfactor is None else args.stepfactor)
+
+
+def _int_item(flag: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{flag}: {text!r} is not an int") from None
+
+
+def _measured_from_args(args: argparse.Namespace) -> list[Series]:
+    series: list[Series] = []
+    for text in args.measured:
+        label, path = measured_spec(text)
+        series += read_bench_csv(path, label)
+    return series
+
+
+def _report(rows: Sequence[SweepRow], measured: Sequence[Series], out: Path, no_plots: bool,
+            written: list[Path]) -> None:
+    """Print and write the crossover table, draw the plots, list the files written."""
+    if rows:
+        table = format_crossovers(crossovers(rows))
+        (out / "crossover.md").write_text(table, encoding="utf-8")
+        written.append(out / "crossover.md")
+        print("fastest algorithm per size range:")
+        sys.stdout.write(table)
+    if not no_plots:
+        try:
+            written += write_plots(rows, out, measured)
+        except ImportError as error:
+            raise ValueError(f"plots need matplotlib (pip install simcomm[plot]), or pass "
+                             f"--no-plots: {error}") from None
+    print("wrote: " + ", ".join(str(path) for path in written))
+
+
+# -- plot -------------------------------------------------------------------------------
+
+def _add_plot_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "plot", help="plot sweep CSVs and measured results without simulating",
+        description="Draw the plots and the crossover table of sweep CSVs (simcomm sweep's "
+                    "sweep.csv) again, with measured results beside them, without "
+                    "simulating anything.")
+    parser.add_argument("csv", nargs="*", metavar="SWEEP_CSV", help="CSVs that sweep wrote")
+    _add_output_arguments(parser)
+    parser.set_defaults(run=plot)
+
+
+def plot(args: argparse.Namespace) -> int:
+    """``simcomm plot``: the sweep's outputs again from CSVs."""
+    if not args.csv and not args.measured:
+        raise ValueError("nothing to plot: give sweep CSVs or --measured files")
+    rows = [row for path in args.csv for row in read_csv(path)]
+    measured = _measured_from_args(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _report(rows, measured, out, args.no_plots, [])
+    return 0

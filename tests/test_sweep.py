@@ -1,0 +1,256 @@
+"""``simcomm sweep`` and ``simcomm plot``: the CSV rows, valid PNGs drawn on Agg, the
+crossover table against the alpha-beta closed forms, the same CSV on 1 or 2 processes,
+measured results beside simulated ones, and mistakes (exit 2, one line)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from algorithms import alltoall_allreduce
+from algorithms.bench import CSV_HEADER
+from simcomm import SizeOnly, simulate, switch
+from simcomm.cli import main
+from simcomm.plots import sweep_figure
+from simcomm.sweep import (
+    SWEEP_HEADER, Crossover, Grid, crossovers, figure_groups, read_bench_csv, read_csv,
+    run_sweep, split_list,
+)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+P, B, R = 4, 1e11, 4e10  # ranks, link bandwidth (bytes/s), reduce bandwidth (bytes/s)
+LATENCIES = {"1us": 1e-6, "5us": 5e-6}
+CROSSOVER_SIZES = [16 * 1024, 64 * 1024, 256 * 1024, 512 * 1024, 1024**2, 4 * 1024**2]
+
+# Closed forms on a fully connected topology (see tests/test_cli.py), n bytes, latency a.
+CLOSED_FORMS = {
+    "ring_allreduce": lambda n, a: 2 * (P - 1) * (a + n / (P * B)) + (P - 1) * (n / P) / R,
+    "reduce_broadcast_allreduce": lambda n, a: 2 * (a + n / B) + (P - 1) * n / R,
+    "alltoall_allreduce": lambda n, a: a + n / B + (P - 1) * n / R,
+}
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 1000, path
+
+
+SMALL = ["--algorithm", "ring_allreduce,alltoall_allreduce", "--sizes", "4KiB,1MiB",
+         "--topology", "switch,dgx-a100", "--ranks", "4", "--latency", "1us,5us"]
+
+
+def test_sweep_writes_rows_plots_and_crossovers(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    status, out, err = run(capsys, "sweep", *SMALL, "--jobs", "1", "--out", str(tmp_path))
+    assert status == 0 and err == ""  # no progress bar: stderr is not a terminal here
+    text = (tmp_path / "sweep.csv").read_text()
+    assert text.splitlines()[0] == SWEEP_HEADER
+    rows = list(csv.DictReader(io.StringIO(text)))
+    settings = [(r["topology"], r["ranks"], r["bandwidth"], r["latency"], r["algorithm"],
+                 r["size"]) for r in rows]
+    assert settings == [
+        ("switch", "4", "100GB/s", latency, algorithm, size)
+        for latency in ("1us", "5us") for algorithm in ("ring_allreduce", "alltoall_allreduce")
+        for size in ("4096", "1048576")
+    ] + [("dgx-a100", "8", "", "", algorithm, size)
+         for algorithm in ("ring_allreduce", "alltoall_allreduce")
+         for size in ("4096", "1048576")]
+    expected = simulate(alltoall_allreduce, [SizeOnly(2**18)] * 4, switch(4, B, 5e-6),
+                        record=False)
+    assert float(rows[7]["time_us"]) == expected.time * 1e6
+    assert {r["wrong"] for r in rows} == {"N/A"}
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs == ["sweep_4ranks_100GBps_1us.png", "sweep_4ranks_100GBps_5us.png",
+                    "sweep_8ranks.png"]
+    for name in pngs:
+        assert_png(tmp_path / name)
+    table = (tmp_path / "crossover.md").read_text()
+    assert table in out and out.startswith("simulated 12 points in ")
+    assert "| dgx-a100 | 8 | (own) | (own) | 4KiB | alltoall_allreduce |" in table
+
+
+def expected_crossovers(latency: str) -> list[tuple[int, int, str]]:
+    """Runs of sizes won by one algorithm, from the closed forms."""
+    runs: list[list] = []
+    for n in CROSSOVER_SIZES:
+        times = {name: form(n, LATENCIES[latency]) for name, form in CLOSED_FORMS.items()}
+        winner = min(times, key=times.get)
+        if runs and runs[-1][2] == winner:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n, winner])
+    return [tuple(run) for run in runs]
+
+
+def test_crossover_table_matches_the_closed_forms(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
+    status, out, _ = run(
+        capsys, "sweep", "--topology", "fully_connected", "--ranks", str(P),
+        "--latency", ",".join(LATENCIES), "--reduce-bandwidth", "40GB/s",
+        "--sizes", ",".join(map(str, CROSSOVER_SIZES)), "--jobs", "1", "--no-plots",
+        "--out", str(tmp_path))
+    assert status == 0
+    rows = read_csv(tmp_path / "sweep.csv")
+    for row in rows:
+        assert row.time_us == pytest.approx(
+            CLOSED_FORMS[row.algorithm](row.size, LATENCIES[row.latency]) * 1e6, rel=1e-12)
+    table = crossovers(rows)
+    for latency in LATENCIES:
+        got = [(c.first_size, c.last_size, c.winner) for c in table if c.latency == latency]
+        assert got == expected_crossovers(latency)
+    # all-to-all wins while latency dominates; the crossover moves up with the latency
+    assert expected_crossovers("1us")[0] == (16384, 65536, "alltoall_allreduce")
+    assert expected_crossovers("5us")[0] == (16384, 262144, "alltoall_allreduce")
+    assert ("| fully_connected | 4 | 100GB/s | 5us | 512KiB - 4MiB | ring_allreduce |"
+            in out.splitlines())
+
+
+def test_crossover_ties_and_collectives_are_kept_apart() -> None:
+    rows = run_sweep(Grid(algorithms=("broadcast", "broadcast:tree=true", "all_gather"),
+                          sizes=(0, 4096), ranks=(2,)).points())
+    table = crossovers(rows)
+    # on 2 ranks the flat and the tree broadcast are the same single message
+    assert table == [
+        Crossover("broadcast", "switch", 2, "100GB/s", "5us", 0, 4096,
+                  "broadcast = broadcast:tree=true"),
+        Crossover("allgather", "switch", 2, "100GB/s", "5us", 0, 4096, "all_gather"),
+    ]
+
+
+def test_two_jobs_write_the_same_csv_as_one(capsys: pytest.CaptureFixture[str],
+                                            tmp_path: Path) -> None:
+    outputs = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs{jobs}"
+        assert run(capsys, "sweep", *SMALL, "--jobs", jobs, "--no-plots", "--out",
+                   str(out))[0] == 0
+        outputs.append((out / "sweep.csv").read_bytes())
+    assert outputs[0] == outputs[1] and outputs[0].count(b"\n") == 13
+
+
+def test_progress_bar_on_request(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, _, err = run(capsys, "sweep", "--sizes", "1KiB,2KiB", "--jobs", "2", "--progress",
+                         "--no-plots", "--out", str(tmp_path))
+    assert status == 0
+    frames = err.split("\r")[1:]
+    assert len(frames) == 6 and frames[-1] == "sweep [" + "#" * 30 + "] 6/6\n"
+
+
+def test_plot_from_csv_with_measured_results(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path) -> None:
+    sweep_dir, plot_dir = tmp_path / "sweep", tmp_path / "plot"
+    assert run(capsys, "sweep", "--sizes", "64KiB,1MiB,16MiB", "--jobs", "1", "--no-plots",
+               "--out", str(sweep_dir))[0] == 0
+    # A measured file has the bench columns, as realcomm bench --format csv prints them.
+    status, measured, _ = run(capsys, "bench", "--algorithm", "ring_allreduce", "--topology",
+                              "switch", "--ranks", "8", "--bandwidth", "80GB/s", "--latency",
+                              "10us", "--sizes", "64KiB,1MiB,16MiB", "--format", "csv")
+    assert status == 0 and measured.splitlines()[0] == CSV_HEADER
+    (tmp_path / "gloo.csv").write_text(measured)
+    status, out, _ = run(capsys, "plot", str(sweep_dir / "sweep.csv"), "--measured",
+                         f"gpu box={tmp_path / 'gloo.csv'}", "--out", str(plot_dir))
+    assert status == 0
+    assert (plot_dir / "crossover.md").read_text() == (sweep_dir / "crossover.md").read_text()
+    assert_png(plot_dir / "sweep_8ranks_100GBps_5us.png")
+    (series,) = read_bench_csv(tmp_path / "gloo.csv", "gpu box")
+    assert series.sizes == (65536, 2**20, 2**24) and series.label == "gpu box"
+    (simulated,) = figure_groups(read_csv(sweep_dir / "sweep.csv")).values()
+    figure = sweep_figure("check", simulated, [series])
+    assert isinstance(figure.canvas, FigureCanvasAgg)
+    time_axes, busbw_axes = figure.axes
+    assert [line.get_label() for line in time_axes.get_lines()] == [
+        "ring_allreduce", "reduce_broadcast_allreduce", "alltoall_allreduce", "gpu box"]
+    measured_line = time_axes.get_lines()[-1]
+    assert list(measured_line.get_ydata()) == list(series.time_us)
+    assert measured_line.get_linestyle() == ":"
+    status, out, _ = run(capsys, "plot", "--measured", str(tmp_path / "gloo.csv"), "--out",
+                         str(tmp_path / "only"))
+    assert status == 0 and "crossover" not in out
+    assert_png(tmp_path / "only" / "sweep_measured.png")
+
+
+def test_split_list_keeps_parameters_with_their_name() -> None:
+    assert split_list("switch, fattree-h100:nodes=8,nodes_per_leaf=2,dgx-a100") == [
+        "switch", "fattree-h100:nodes=8,nodes_per_leaf=2", "dgx-a100"]
+    assert split_list("reduce:tree=true,root=1,ring_allreduce") == [
+        "reduce:tree=true,root=1", "ring_allreduce"]
+    with pytest.raises(ValueError, match="names nothing"):
+        split_list(" , ")
+
+
+def test_sweep_runs_headless_without_pyplot(tmp_path: Path) -> None:
+    code = ("import sys; from simcomm.cli import main; "
+            f"status = main(['sweep', '--sizes', '1KiB', '--out', {str(tmp_path)!r}]); "
+            "assert 'matplotlib.pyplot' not in sys.modules; sys.exit(status)")
+    headless = {key: value for key, value in os.environ.items()
+                if key not in ("DISPLAY", "WAYLAND_DISPLAY", "MPLBACKEND")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=headless)
+    assert done.returncode == 0, done.stderr
+    assert_png(tmp_path / "sweep_8ranks_100GBps_5us.png")
+
+
+BAD = [
+    (["--algorithm", "ring_alreduce"], "algorithm 'ring_alreduce': unknown algorithm"),
+    (["--algorithm", "reduce_broadcast_allreduce:trees=true"], "has no such parameter"),
+    (["--algorithm", "reduce_broadcast_allreduce:root=8"], "is not a rank of a world of 8"),
+    (["--sizes", "1KiBB"], "unknown size unit"),
+    (["--sizes", "1KiB", "-b", "1K"], "either --sizes or -b/-e/-f"),
+    (["-f", "1"], "-f/--stepfactor must be an int >= 2"),
+    (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+    (["--ranks", "4,x"], "--ranks: 'x' is not an int"),
+    (["--ranks", "0"], "ranks must be ints >= 1"),
+    (["--bandwidth", "100GBs"], "bandwidth '100GBs': unknown bandwidth unit"),
+    (["--latency", "5parsecs"], "latency '5parsecs': unknown time unit"),
+    (["--topology", "torus"], "unknown topology 'torus'"),
+    (["--topology", "hierarchical", "--ranks", "12"], "12 ranks do not fill nodes of 8"),
+    (["--topology", "dgx-a100", "--ranks", "4"], "--ranks applies only to the builder"),
+    (["--measured", "nowhere.csv"], "cannot read 'nowhere.csv'"),
+    (["--measured", "=x.csv"], "write LABEL=FILE or FILE"),
+    (["--dtype", "complex"], "unknown --dtype 'complex'"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD)
+def test_sweep_mistakes_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path, argv: list[str],
+                                             message: str) -> None:
+    full = ["sweep", "--out", str(tmp_path / "out"), *argv]
+    if "--sizes" not in argv and "-f" not in argv:
+        full += ["--sizes", "1KiB"]
+    status, out, err = run(capsys, *full)
+    assert status == 2 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("simcomm: error: ")
+    assert message in lines[0]
+    assert not (tmp_path / "out").exists()  # checked before anything is written
+
+
+def test_bad_csvs_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
+                                       tmp_path: Path) -> None:
+    (tmp_path / "short.csv").write_text("size,time_us\n1024,3.5\n")
+    (tmp_path / "text.csv").write_text(CSV_HEADER + "\n1024,256,float,sum,-1,fast,1,1,N/A\n")
+    cases = [
+        (["plot", "--out", str(tmp_path)], "nothing to plot"),
+        (["plot", str(tmp_path / "short.csv"), "--out", str(tmp_path)], "no column algorithm"),
+        (["plot", "--measured", str(tmp_path / "short.csv"), "--out", str(tmp_path)],
+         "no column count"),
+        (["plot", "--measured", f"m={tmp_path / 'text.csv'}", "--out", str(tmp_path)],
+         "text.csv line 2: time_us: expected float, got 'fast'"),
+    ]
+    for argv, message in cases:
+        status, _, err = run(capsys, *argv)
+        assert status == 2 and len(err.splitlines()) == 1 and message in err, err

@@ -1,0 +1,169 @@
+"""``simcomm topo list/show`` and ``simcomm bench`` on presets and topology files, with its
+``--summary``; mistakes exit 2 with one line."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+from algorithms import reduce_broadcast_allreduce, ring_allreduce
+from simcomm import SizeOnly, simulate, switch
+from simcomm.cli import main
+from simcomm.presets import describe, list_presets, make_preset
+from simcomm.topofile import load_topology, parse_topology
+
+SWITCH_FILE = """\
+kind = "switch"
+ranks = 4
+bandwidth = "100GB/s"
+latency = "5us"
+"""
+
+TWO_BOXES = """\
+name = "two-boxes"
+gpus = ["a0", "a1", "b0", "b1"]
+switches = ["a.sw", "b.sw"]
+
+[defaults]
+bandwidth = "50GB/s"
+latency = "2us"
+
+[[link]]
+src = ["a0", "a1"]
+dst = "a.sw"
+
+[[link]]
+src = ["b0", "b1"]
+dst = "b.sw"
+
+[[link]]
+src = "a.sw"
+dst = "b.sw"
+bandwidth = "10GB/s"
+"""
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def csv_rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.fixture
+def switch_file(tmp_path: Path) -> Path:
+    path = tmp_path / "box.toml"
+    path.write_text(SWITCH_FILE, encoding="utf-8")
+    return path
+
+
+def test_topo_list_names_every_preset_with_its_description(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "topo", "list")
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    for (name, description), line in zip(list_presets(), lines):
+        assert line.split(maxsplit=1) == [name, description]
+    assert "ring, fully_connected, switch, hierarchical" in lines[-1]
+
+
+@pytest.mark.parametrize("spec", ["dgx-a100", "cluster-h100:nodes=3"])
+def test_topo_show_preset_is_its_description(capsys: pytest.CaptureFixture[str],
+                                             spec: str) -> None:
+    status, out, _ = run(capsys, "topo", "show", spec)
+    assert status == 0 and out == describe(make_preset(spec)) + "\n"
+
+
+def test_topo_show_file_and_its_toml(capsys: pytest.CaptureFixture[str],
+                                     tmp_path: Path) -> None:
+    path = tmp_path / "two-boxes.toml"
+    path.write_text(TWO_BOXES, encoding="utf-8")
+    status, out, _ = run(capsys, "topo", "show", str(path))
+    assert status == 0 and out == describe(load_topology(str(path))) + "\n"
+    assert "10 GB/s" in out and out.startswith("two-boxes: 4 ranks, 6 nodes")
+    status, out, _ = run(capsys, "topo", "show", "--toml", "dgx-h100")
+    assert status == 0 and parse_topology(out) == make_preset("dgx-h100")
+
+
+def test_bench_on_a_preset_times_the_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "bench", "--algorithm", "ring_allreduce", "--topology",
+                         "dgx-a100", "--sizes", "1MiB,64MiB", "--format", "csv")
+    assert status == 0
+    preset = make_preset("dgx-a100")
+    for row, n in zip(csv_rows(out), (2**20, 2**26)):
+        expected = simulate(ring_allreduce, [SizeOnly(n // 4)] * 8, preset, record=False)
+        assert float(row["time_us"]) == expected.time * 1e6
+    # --ranks that agrees with the preset changes nothing
+    assert run(capsys, "bench", "--algorithm", "ring_allreduce", "--topology", "dgx-a100",
+               "--ranks", "8", "--sizes", "1MiB,64MiB", "--format", "csv")[1] == out
+    status, table, _ = run(capsys, "bench", "--algorithm", "ring_allreduce", "--topology",
+                           "pcie-a100:gpus=4", "--sizes", "1MiB")
+    assert status == 0 and "on 4 ranks, topology pcie-a100:gpus=4" in table.splitlines()[0]
+
+
+def test_bench_on_a_file_equals_the_same_builder(capsys: pytest.CaptureFixture[str],
+                                                 switch_file: Path) -> None:
+    common = ["bench", "--algorithm", "alltoall_allreduce", "--sizes", "4KiB,4MiB",
+              "--format", "csv"]
+    status, from_file, _ = run(capsys, *common, "--topology", str(switch_file))
+    assert status == 0
+    status, built, _ = run(capsys, *common, "--topology", "switch", "--ranks", "4",
+                           "--bandwidth", "100GB/s", "--latency", "5us")
+    assert status == 0 and from_file == built and len(csv_rows(built)) == 2
+
+
+def test_bench_summary_of_the_largest_size(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "--algorithm", "reduce_broadcast_allreduce", "--topology", "switch",
+            "--ranks", "4", "--bandwidth", "100GB/s", "--latency", "5us",
+            "--sizes", "1MiB,4KiB", "--summary"]
+    status, out, err = run(capsys, *argv)
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    start = lines.index("# summary of the largest size, 1048576 B:")
+    assert lines[start + 1].startswith("# run: 4 ranks, ")
+    # the root's links carry the (p-1) n of the master-GPU pattern
+    assert lines[start + 3].split()[1:5] == ["gpu0", "->", "switch", "3MiB"]
+    expected = simulate(reduce_broadcast_allreduce, [SizeOnly(2**18)] * 4,
+                        switch(4, 1e11, 5e-6), record=False)
+    assert f"{expected.time * 1e6:.2f} us" in lines[start + 1]
+    status, out, err = run(capsys, *argv, "--format", "csv")
+    assert status == 0 and len(csv_rows(out)) == 2  # stdout stays a CSV
+    assert err.splitlines()[0] == "# summary of the largest size, 1048576 B:"
+
+
+BAD = [
+    (["topo", "show", "torus"], "unknown topology 'torus'"),
+    (["topo", "show", "switch"], "switch is a builder"),
+    (["topo", "show", "missing.toml"], "cannot read topology file 'missing.toml'"),
+    (["topo", "show", "dgx-a100:gpus=4"], "preset 'dgx-a100' has no parameter 'gpus'"),
+    (["topo"], "required: ACTION"),
+    (["bench", "--algorithm", "ring_allreduce", "--topology", "dgx-a100", "--ranks", "4"],
+     "--ranks 4 does not match dgx-a100, which has 8 ranks"),
+    (["bench", "--algorithm", "ring_allreduce", "--topology", "dgx-a100", "--latency", "1us"],
+     "--latency applies only to the builder topologies"),
+    (["bench", "--algorithm", "ring_allreduce", "--topology", "FILE",
+      "--reduce-bandwidth", "1TB/s"], "--reduce-bandwidth applies only to the builder"),
+    (["bench", "--algorithm", "ring_allreduce", "--topology", "switch", "--ranks", "4",
+      "--bandwidth", "1GB/s"], "the following arguments are required: --latency"),
+    (["bench", "--algorithm", "ring_allreduce", "--topology", "torus"],
+     "unknown topology 'torus'"),
+    (["bench", "--algorithm", "reduce", "--root", "4", "--topology", "FILE"],
+     "--root 4 is not a rank of a world of 4"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD)
+def test_mistakes_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], switch_file: Path,
+                                       argv: list[str], message: str) -> None:
+    argv = [str(switch_file) if arg == "FILE" else arg for arg in argv]
+    status, out, err = run(capsys, *argv, *(["--sizes", "1KiB"] if argv[0] == "bench" else []))
+    assert status == 2 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("simcomm: error: ")
+    assert message in lines[0]
