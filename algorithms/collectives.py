@@ -42,8 +42,9 @@ def reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM) -> Schedule:
     chunks = split_even(x, p)
     right, left = (r + 1) % p, (r - 1) % p
     for step in range(p - 1):
-        sent = yield Send(right, chunks[(r - step - 1) % p])
-        received = yield Recv(left, chunks[(r - step - 2) % p], reduce=op)
+        label = f"reduce-scatter {step}"
+        sent = yield Send(right, chunks[(r - step - 1) % p], label)
+        received = yield Recv(left, chunks[(r - step - 2) % p], op, label)
         yield Wait(sent, received)
     yield from _finish_avg(op, chunks[r], p)
     return chunks[r]
@@ -55,8 +56,9 @@ def all_gather(comm: Comm, x: Any) -> Schedule:
     chunks = split_even(x, p)
     right, left = (r + 1) % p, (r - 1) % p
     for step in range(p - 1):
-        sent = yield Send(right, chunks[(r - step) % p])
-        received = yield Recv(left, chunks[(r - step - 1) % p])
+        label = f"all-gather {step}"
+        sent = yield Send(right, chunks[(r - step) % p], label)
+        received = yield Recv(left, chunks[(r - step - 1) % p], label=label)
         yield Wait(sent, received)
     return x
 
@@ -83,23 +85,24 @@ def reduce(comm: Comm, x: Any, root: int = 0, op: ReduceOp = SUM, tree: bool = F
     _check_root(root, p)
     if not tree:
         if r != root:
-            yield Wait((yield Send(root, x)))
+            yield Wait((yield Send(root, x, "reduce")))
             return None
         handles = []
         for peer in range(p):
             if peer != root:
-                handles.append((yield Recv(peer, x, reduce=op)))
+                handles.append((yield Recv(peer, x, op, "reduce")))
         if handles:
             yield Wait(*handles)
     else:
         v = (r - root) % p  # rank relative to the root
         mask = 1
         while mask < p:
+            label = f"reduce tree round {mask.bit_length() - 1}"
             if v & mask:  # my subtree is complete: hand it to my parent and stop
-                yield Wait((yield Send((r - mask) % p, x)))
+                yield Wait((yield Send((r - mask) % p, x, label)))
                 return None
             if v + mask < p:
-                yield Wait((yield Recv((r + mask) % p, x, reduce=op)))
+                yield Wait((yield Recv((r + mask) % p, x, op, label)))
             mask <<= 1
     yield from _finish_avg(op, x, p)
     return x
@@ -115,24 +118,24 @@ def broadcast(comm: Comm, x: Any, root: int = 0, tree: bool = False) -> Schedule
             handles = []
             for peer in range(p):
                 if peer != root:
-                    handles.append((yield Send(peer, x)))
+                    handles.append((yield Send(peer, x, "broadcast")))
             if handles:
                 yield Wait(*handles)
         else:
-            yield Wait((yield Recv(root, x)))
+            yield Wait((yield Recv(root, x, label="broadcast")))
         return x
     v = (r - root) % p
     mask = 1
     while mask < p:  # receive once, from the parent that differs in my lowest set bit
         if v & mask:
-            yield Wait((yield Recv((r - mask) % p, x)))
+            yield Wait((yield Recv((r - mask) % p, x, label="broadcast tree")))
             break
         mask <<= 1
     handles = []
     mask >>= 1
     while mask > 0:  # then forward to my children, largest subtree first
         if v + mask < p:
-            handles.append((yield Send((r + mask) % p, x)))
+            handles.append((yield Send((r + mask) % p, x, "broadcast tree")))
         mask >>= 1
     if handles:
         yield Wait(*handles)
@@ -165,9 +168,9 @@ def alltoall_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, chunked: bool = F
     if not chunked:
         handles = []
         for peer in sends_to:
-            handles.append((yield Send(peer, x)))
+            handles.append((yield Send(peer, x, "all-to-all")))
         for peer in recvs_from:
-            handles.append((yield Recv(peer, x, reduce=op)))
+            handles.append((yield Recv(peer, x, op, "all-to-all")))
         if handles:
             yield Wait(*handles)
         yield from _finish_avg(op, x, p)
@@ -175,17 +178,17 @@ def alltoall_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, chunked: bool = F
     chunks = split_even(x, p)
     handles = []
     for peer in sends_to:
-        handles.append((yield Send(peer, chunks[peer])))
+        handles.append((yield Send(peer, chunks[peer], "reduce-scatter")))
     for peer in recvs_from:
-        handles.append((yield Recv(peer, chunks[r], reduce=op)))
+        handles.append((yield Recv(peer, chunks[r], op, "reduce-scatter")))
     if handles:
         yield Wait(*handles)
     yield from _finish_avg(op, chunks[r], p)
     handles = []
     for peer in sends_to:
-        handles.append((yield Send(peer, chunks[r])))
+        handles.append((yield Send(peer, chunks[r], "all-gather")))
     for peer in recvs_from:
-        handles.append((yield Recv(peer, chunks[peer])))
+        handles.append((yield Recv(peer, chunks[peer], label="all-gather")))
     if handles:
         yield Wait(*handles)
     return x
@@ -209,10 +212,10 @@ def all_to_all(comm: Comm, x: Any, split_sizes_matrix: Sequence[Sequence[int]] |
     handles = []
     for k in range(1, p):
         peer = (r + k) % p
-        handles.append((yield Send(peer, send_chunks[peer])))
+        handles.append((yield Send(peer, send_chunks[peer], "all-to-all")))
     for k in range(1, p):
         peer = (r - k) % p
-        handles.append((yield Recv(peer, recv_chunks[peer])))
+        handles.append((yield Recv(peer, recv_chunks[peer], label="all-to-all")))
     if handles:
         yield Wait(*handles)
     return out

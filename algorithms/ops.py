@@ -45,10 +45,14 @@ def _check_rank(value: object, what: str) -> None:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Send:
-    """Send ``buf`` to rank ``peer``. Returns a handle to ``Wait`` on."""
+    """Send ``buf`` to rank ``peer``. Returns a handle to ``Wait`` on.
+
+    ``label`` names the step in traces and timelines (``"reduce-scatter 2"``).
+    """
 
     peer: int
     buf: Any
+    label: str = ""
 
     def __post_init__(self) -> None:
         _check_rank(self.peer, "Send.peer")
@@ -59,12 +63,13 @@ class Recv:
     """Receive from rank ``peer`` into ``buf``; with ``reduce``, combine into it instead.
 
     The transport owns any scratch space a reducing receive needs and charges the reduction.
-    Returns a handle to ``Wait`` on.
+    Returns a handle to ``Wait`` on. ``label`` names the step in traces and timelines.
     """
 
     peer: int
     buf: Any
     reduce: ReduceOp | None = None
+    label: str = ""
 
     def __post_init__(self) -> None:
         _check_rank(self.peer, "Recv.peer")

@@ -3,7 +3,7 @@
 
 from simcomm.buffers import SizeOnly
 from simcomm.engine import (
-    DeadlockError, LinkStats, MessageSizeError, ProtocolError, SimResult, SimulationError,
+    DeadlockError, Hop, LinkStats, MessageSizeError, ProtocolError, SimResult, SimulationError,
     TraceEvent, UnreceivedMessageError, simulate,
 )
 from simcomm.topology import (
@@ -12,7 +12,7 @@ from simcomm.topology import (
 from simcomm.units import parse_bandwidth, parse_bytes, parse_seconds
 
 __all__ = [
-    "DeadlockError", "Link", "LinkStats", "MessageSizeError", "ProtocolError", "SimResult",
+    "DeadlockError", "Hop", "Link", "LinkStats", "MessageSizeError", "ProtocolError", "SimResult",
     "SimulationError", "SizeOnly", "Topology", "TraceEvent", "UnreceivedMessageError",
     "fully_connected", "hierarchical", "make_topology", "parse_bandwidth", "parse_bytes",
     "parse_seconds", "ring", "simulate", "switch",

@@ -31,7 +31,12 @@ class SizeOnly:
         start, stop, step = index.indices(self.count)
         if step != 1:
             raise ValueError("SizeOnly buffers support contiguous slices only")
-        return SizeOnly(max(0, stop - start), self.dtype)
+        # Skip __init__'s checks: the count is a valid int and the dtype already a dtype.
+        # Algorithms slice once per message, so this is on the simulator's hot path.
+        view = object.__new__(SizeOnly)
+        object.__setattr__(view, "count", max(0, stop - start))
+        object.__setattr__(view, "dtype", self.dtype)
+        return view
 
     @property
     def nbytes(self) -> int:

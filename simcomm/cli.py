@@ -31,7 +31,7 @@ from algorithms.bench import (
     size_range,
 )
 from simcomm.buffers import SizeOnly
-from simcomm.engine import SimulationError, simulate
+from simcomm.engine import SimResult, SimulationError, simulate
 from simcomm.presets import describe, list_presets
 from simcomm.summary import format_summary
 from simcomm.sweep import (
@@ -96,6 +96,12 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
                         help="after the rows, summarise the run of the largest size: busiest "
                              "links and each rank's busy and idle time (on stderr with "
                              "--format csv or json)")
+    parser.add_argument("--trace", metavar="FILE.json",
+                        help="write the run of the largest size as a Chrome trace-event file "
+                             "(open it in ui.perfetto.dev or chrome://tracing)")
+    parser.add_argument("--timeline", metavar="FILE.png",
+                        help="draw the run of the largest size as a timeline PNG (needs "
+                             "matplotlib)")
     topology = parser.add_argument_group(
         "topology", "a builder (--ranks, --bandwidth and --latency required), a preset "
                     "(simcomm topo list) or a topology file (.toml), which brings its own "
@@ -143,17 +149,34 @@ def bench(args: argparse.Namespace) -> int:
     if config.params:
         header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params.items()))
     sys.stdout.write(format_rows(rows, config.format, header))
+    if not (args.summary or args.trace or args.timeline):
+        return 0
+    largest = max(config.sizes)
+    count = buffer_count(config.collective, topology.size, largest, config.dtype.itemsize)
+    # Timing does not depend on the data, so a size-only rerun with a trace will do.
+    result = simulate(config.collective.function, [SizeOnly(count, config.dtype)] * topology.size,
+                      topology, trace=args.trace, **config.algorithm_kwargs())
+    notes = []
     if args.summary:
-        largest = max(config.sizes)
-        count = buffer_count(config.collective, topology.size, largest, config.dtype.itemsize)
-        # Timing does not depend on the data, so a size-only rerun with a trace will do.
-        result = simulate(config.collective.function,
-                          [SizeOnly(count, config.dtype)] * topology.size, topology,
-                          **config.algorithm_kwargs())
-        text = f"summary of the largest size, {largest} B:\n" + format_summary(result)
-        stream = sys.stdout if config.format == "table" else sys.stderr
-        stream.write("".join(f"# {line}\n" for line in text.splitlines()) + "#\n")
+        notes.append(f"summary of the largest size, {largest} B:\n" + format_summary(result))
+    if args.trace:
+        notes.append(f"trace of the largest size, {largest} B: {args.trace}")
+    if args.timeline:
+        title = f"{config.collective.name}, {largest} B, {topology.size} ranks, {topology.name}"
+        _save_timeline(result, title, args.timeline)
+        notes.append(f"timeline of the largest size, {largest} B: {args.timeline}")
+    stream = sys.stdout if config.format == "table" else sys.stderr
+    text = "\n".join(notes)
+    stream.write("".join(f"# {line}\n" for line in text.splitlines()) + "#\n")
     return 0
+
+
+def _save_timeline(result: SimResult, title: str, path: str) -> None:
+    try:
+        from simcomm.plots import save_png, timeline_figure
+    except ImportError:
+        raise _UsageError("--timeline needs matplotlib: pip install 'simcomm[plot]'") from None
+    save_png(timeline_figure(result, title), path)
 
 
 _BUILDER_ONLY = ("bandwidth", "latency", "reduce_bandwidth", "gpus_per_node",

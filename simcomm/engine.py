@@ -22,10 +22,11 @@ is posted, and waiting checks that the algorithm left the send buffer untouched 
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -63,7 +64,8 @@ class ProtocolError(SimulationError):
 class TraceEvent(NamedTuple):
     """One span of the op trace. ``kind`` is ``send`` (``rank`` -> ``peer``, issue to
     arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide`` or
-    ``compute``."""
+    ``compute``. ``message`` numbers the message a send, receive or reduction belongs to
+    (in send order, from 0; -1 for local work); ``label`` is the op's."""
 
     kind: str
     rank: int
@@ -73,6 +75,18 @@ class TraceEvent(NamedTuple):
     peer: int = -1
     nbytes: int = 0
     label: str = ""
+    message: int = -1
+
+
+class Hop(NamedTuple):
+    """A message on one link of its route: the link (an index into ``Topology.links``)
+    carries it from ``start`` to ``end`` (seconds); its tail reaches the far end one link
+    latency later."""
+
+    link: int
+    message: int
+    start: float
+    end: float
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,7 @@ class SimResult:
     links: list[LinkStats]
     trace: list[TraceEvent] = field(repr=False)
     messages: int = 0
+    hops: list[Hop] = field(default_factory=list, repr=False)
 
     def sends(self) -> list[TraceEvent]:
         """The trace's messages, in send order."""
@@ -111,12 +126,14 @@ class _Handle:
     """
 
     __slots__ = ("task", "is_send", "peer", "buf", "reduce", "nbytes", "data", "recv",
-                 "matched", "done", "waited", "blocking", "posted")
+                 "matched", "done", "waited", "blocking", "posted", "label", "message")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
-                 reduce: ReduceOp | None, posted: float) -> None:
+                 reduce: ReduceOp | None, posted: float, label: str) -> None:
         self.task, self.is_send, self.peer, self.buf, self.reduce = (
             task, is_send, peer, buf, reduce)
+        self.label = label
+        self.message = -1  # a Send's number; a Recv's is its matching Send's
         self.nbytes = buf.nbytes
         self.data: np.ndarray | None = None  # the message's data; None for size-only runs
         self.recv: _Handle | None = None
@@ -174,6 +191,7 @@ class _Simulation:
         self.results: list[Any] = [None] * self.size
         self.finish_times = [math.nan] * self.size
         self.trace: list[TraceEvent] = []
+        self.hops: list[Hop] = []
         self.messages = 0
         self.handlers: dict[type, Callable[[_Task, Any], Any]] = {
             Send: self._send, Recv: self._recv, Wait: self._wait, Compute: self._compute,
@@ -245,15 +263,16 @@ class _Simulation:
         src, dst, now = task.rank, op.peer, self.env.now
         if dst >= self.size or dst == src:  # Send itself checked that dst >= 0
             raise self._peer_error(task, dst, "Send")
-        h = _Handle(task, True, dst, op.buf, None, now)
+        h = _Handle(task, True, dst, op.buf, None, now, op.label)
         # The data leave when the Send is posted; Wait checks the buffer was left alone.
         if isinstance(h.buf, np.ndarray):
             h.data = h.buf.copy()
-        arrival = self._reserve_route(src, dst, h.nbytes, now)
+        h.message = self.messages
         self.messages += 1
+        arrival = self._reserve_route(src, dst, h.nbytes, now, h.message)
         if self.record:
             self.trace.append(TraceEvent("send", src, task.channel, now, arrival, dst,
-                                         h.nbytes))
+                                         h.nbytes, op.label, h.message))
         self.env.timeout(arrival - now, h).callbacks.append(self._on_arrival)
         sends, recvs = self.queues[src, dst, task.channel]
         if recvs:
@@ -262,7 +281,8 @@ class _Simulation:
             sends.append(h)
         return h
 
-    def _reserve_route(self, src: int, dst: int, nbytes: int, now: float) -> float:
+    def _reserve_route(self, src: int, dst: int, nbytes: int, now: float, message: int
+                       ) -> float:
         route = self.routes.get((src, dst))
         if route is None:
             route = self.routes[(src, dst)] = tuple(
@@ -277,6 +297,8 @@ class _Simulation:
             free[i] = end
             busy[i] += occupancy
             sent[i] += nbytes
+            if self.record:
+                self.hops.append(Hop(i, message, start, end))
             head, tail = start + latency, end + latency
         return tail
 
@@ -284,7 +306,7 @@ class _Simulation:
         src, dst = op.peer, task.rank
         if src >= self.size or src == dst:  # Recv itself checked that src >= 0
             raise self._peer_error(task, src, "Recv")
-        h = _Handle(task, False, src, op.buf, op.reduce, self.env.now)
+        h = _Handle(task, False, src, op.buf, op.reduce, self.env.now, op.label)
         sends, recvs = self.queues[src, dst, task.channel]
         if sends:
             self._pair(sends.popleft(), h)
@@ -302,7 +324,7 @@ class _Simulation:
         if (send.data is None) != (not isinstance(buf, np.ndarray)):
             raise ProtocolError(f"ranks {src} and {dst} mix size-only and numpy buffers")
         send.recv = recv
-        recv.matched, recv.data = True, send.data
+        recv.matched, recv.data, recv.message = True, send.data, send.message
         if send.done:
             self._deliver(send)
 
@@ -315,7 +337,8 @@ class _Simulation:
     def _deliver(self, send: _Handle) -> None:
         h = send.recv
         if h.reduce is not None:
-            end = self._occupy_memory(h.task, send.nbytes, "reduce", send.task.rank)
+            end = self._occupy_memory(h.task, send.nbytes, "reduce", send.task.rank,
+                                      h.label, h.message)
             if end > self.env.now:
                 self.env.timeout(end - self.env.now, h).callbacks.append(self._on_reduced)
                 return
@@ -328,7 +351,7 @@ class _Simulation:
         h.done = True
         if not h.is_send and self.record:
             self.trace.append(TraceEvent("recv", h.task.rank, h.task.channel, h.posted,
-                                         self.env.now, h.peer, h.nbytes))
+                                         self.env.now, h.peer, h.nbytes, h.label, h.message))
         if h.blocking:
             task = h.task
             task.pending -= 1
@@ -377,13 +400,15 @@ class _Simulation:
 
     # -- local work ----------------------------------------------------------------------
 
-    def _occupy_memory(self, task: _Task, nbytes: int, kind: str, peer: int = -1) -> float:
+    def _occupy_memory(self, task: _Task, nbytes: int, kind: str, peer: int = -1,
+                       label: str = "", message: int = -1) -> float:
         rank = task.rank
         cost = nbytes / self.topology.reduce_bandwidth[rank]
         start = max(self.env.now, self.memory_free[rank])
         end = self.memory_free[rank] = start + cost
         if self.record and cost > 0:
-            self.trace.append(TraceEvent(kind, rank, task.channel, start, end, peer, nbytes))
+            self.trace.append(TraceEvent(kind, rank, task.channel, start, end, peer, nbytes,
+                                         label, message))
         return end
 
     def _sleep_until(self, task: _Task, end: float, value: Any = None) -> Any:
@@ -474,13 +499,18 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Topology, /,
-             *, record: bool = True, **params: Any) -> SimResult:
+             *, record: bool = True, trace: str | os.PathLike[str] | IO[str] | None = None,
+             **params: Any) -> SimResult:
     """Run ``algorithm`` on every rank of ``topology`` and return results and costs.
 
     ``inputs`` holds one 1-D numpy array or ``SizeOnly`` buffer per rank; numpy inputs are
     copied first, so the caller's arrays are left alone. ``params`` go to the algorithm.
-    With ``record=False`` the trace stays empty (faster for large cost-only runs).
+    With ``record=False`` the trace stays empty (faster for large cost-only runs). With
+    ``trace`` (a path or an open text file) the run is also written as a Chrome trace-event
+    file for Perfetto (``simcomm.chrome_trace``).
     """
+    if trace is not None and not record:
+        raise ValueError("trace= writes the op trace, so it needs record=True")
     check_ranks(topology, inputs)
     buffers = []
     for rank, buf in enumerate(inputs):
@@ -509,5 +539,10 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     sim.check_finished()
     links = [LinkStats(link, sim.link_bytes[i], sim.link_busy[i])
              for i, link in enumerate(topology.links)]
-    return SimResult(sim.results, max(sim.finish_times), sim.finish_times, links, sim.trace,
-                     sim.messages)
+    result = SimResult(sim.results, max(sim.finish_times), sim.finish_times, links, sim.trace,
+                       sim.messages, sim.hops)
+    if trace is not None:
+        # Imported here: chrome_trace builds on this module's SimResult.
+        from simcomm.chrome_trace import write_chrome_trace
+        write_chrome_trace(result, trace)
+    return result

@@ -1,4 +1,5 @@
-"""PNG plots of sweeps: time and bus bandwidth against size, one line per series.
+"""PNG plots: sweeps (time and bus bandwidth against size, one line per series) and the
+timeline of one run (rows per rank and a row per busy link).
 
 Figures are drawn on matplotlib's Agg canvas directly, never through pyplot, so no display
 is needed and nothing global (pyplot's current figure, the chosen backend) is touched; a
@@ -15,8 +16,10 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from simcomm.engine import SimResult
 from simcomm.sweep import Series
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -86,3 +89,72 @@ def save_png(figure: Figure, path: str | os.PathLike[str]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png", dpi=100)
+
+
+# A timeline draws at most this many rows; a run of more ranks and links shows the first ones.
+TIMELINE_MAX_ROWS = 64
+_MEMORY_KINDS = ("reduce", "copy", "divide")
+
+
+def _phase(label: str) -> str:
+    # "reduce-scatter 3" and "reduce-scatter 4" are one phase: colour by the label's words.
+    return label.rstrip("0123456789 ") or label
+
+
+def timeline_figure(result: SimResult, title: str = "") -> Figure:
+    """The run as horizontal bars against time (us): per rank a row of its sends, and
+    rows of its compute and its local memory work where it has any; then a row per link
+    that carried anything. Comm bars are coloured by the op's label, so the phases of a
+    collective (reduce-scatter, all-gather) stand apart."""
+    if result.messages > 0 and not result.trace:
+        raise ValueError("a timeline needs the op trace: simulate with record=True")
+    size = len(result.finish_times)
+    spans: dict[tuple[int, str], list[tuple[float, float, str]]] = {}
+    for e in result.trace:
+        if e.kind == "send":
+            spans.setdefault((e.rank, "comm"), []).append(
+                (e.start, e.end, _phase(e.label or "send")))
+        elif e.kind == "compute":
+            spans.setdefault((e.rank, "compute"), []).append((e.start, e.end, "compute"))
+        elif e.kind in _MEMORY_KINDS:
+            spans.setdefault((e.rank, "memory"), []).append(
+                (e.start, e.end, f"local {e.kind}"))
+    rows: list[tuple[str, list[tuple[float, float, str]]]] = []
+    for rank in range(size):
+        rows.append((f"rank {rank} sends", spans.get((rank, "comm"), [])))
+        rows += [(f"rank {rank} {kind}", spans[rank, kind]) for kind in ("compute", "memory")
+                 if (rank, kind) in spans]
+    sends = {e.message: e for e in result.trace if e.kind == "send"}
+    link_spans: dict[int, list[tuple[float, float, str]]] = {}
+    for hop in result.hops:
+        label = _phase(sends[hop.message].label or "send")
+        link_spans.setdefault(hop.link, []).append((hop.start, hop.end, label))
+    for index in sorted(link_spans):
+        link = result.links[index].link
+        rows.append((f"{link.src} -> {link.dst}", link_spans[index]))
+    shown = rows[:TIMELINE_MAX_ROWS]
+    figure = Figure(figsize=(12, 1.5 + 0.28 * len(shown)), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    palette = [f"C{i}" for i in range(10)]
+    colors: dict[str, str] = {}
+    for y, (_, spans) in enumerate(shown):
+        by_color: dict[str, list[tuple[float, float]]] = {}
+        for start, end, phase in spans:
+            color = colors.setdefault(phase, palette[len(colors) % len(palette)])
+            by_color.setdefault(color, []).append((start * 1e6, (end - start) * 1e6))
+        for color, bars in by_color.items():
+            axes.broken_barh(bars, (y - 0.4, 0.8), facecolors=color, edgecolors="none")
+    axes.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize="small")
+    axes.set_ylim(len(shown) - 0.5, -0.5)
+    axes.set_xlim(0, max(result.time * 1e6, 1e-9))
+    axes.set_xlabel("simulated time (us)")
+    axes.grid(True, axis="x", alpha=0.3)
+    handles = [Patch(color=color, label=phase) for phase, color in colors.items()]
+    if handles:
+        figure.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
+                      fontsize="small")
+    if len(rows) > len(shown):
+        title += f" (first {len(shown)} of {len(rows)} rows)"
+    figure.suptitle(title.strip() or "timeline")
+    return figure

@@ -186,7 +186,7 @@ def result_to_dict(result: SimResult, *, arrays: bool = False, trace: bool = Fal
                    ) -> dict[str, Any]:
     """The run as plain data: time, messages, finish times, results (summarised unless
     ``arrays``), links with their usage, ranks' activity (None without a trace) and, with
-    ``trace``, every trace event."""
+    ``trace``, every trace event and every message's hops over links."""
     has_trace = bool(result.trace) or result.messages == 0
     data: dict[str, Any] = {
         "time": result.time,
@@ -199,6 +199,7 @@ def result_to_dict(result: SimResult, *, arrays: bool = False, trace: bool = Fal
     }
     if trace:
         data["trace"] = trace_records(result)
+        data["hops"] = [hop._asdict() for hop in result.hops]
     return data
 
 

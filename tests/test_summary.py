@@ -157,7 +157,9 @@ def test_result_to_dict_is_json_ready_and_summarises_arrays() -> None:
     assert len(full["trace"]) == len(result.trace)
     first = full["trace"][0]
     assert set(first) == {"kind", "rank", "channel", "start", "end", "duration", "peer",
-                          "nbytes", "label"}
+                          "nbytes", "label", "message"}
+    assert len(full["hops"]) == 12  # one link per message on a ring
+    assert set(full["hops"][0]) == {"link", "message", "start", "end"}
     assert first["duration"] == pytest.approx(first["end"] - first["start"])
 
 
