@@ -38,9 +38,8 @@ class ReduceOp(enum.Enum):
 SUM, PROD, MAX, MIN, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG
 
 
-def _check_rank(value: object, what: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{what} must be a non-negative int rank, got {value!r}")
+def _bad_rank(value: object, what: str) -> ValueError:
+    return ValueError(f"{what} must be a non-negative int rank, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -55,7 +54,9 @@ class Send:
     label: str = ""
 
     def __post_init__(self) -> None:
-        _check_rank(self.peer, "Send.peer")
+        # type() rather than isinstance(): it turns bools away, and ops are made per message.
+        if type(self.peer) is not int or self.peer < 0:
+            raise _bad_rank(self.peer, "Send.peer")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -72,8 +73,9 @@ class Recv:
     label: str = ""
 
     def __post_init__(self) -> None:
-        _check_rank(self.peer, "Recv.peer")
-        if self.reduce is not None and not isinstance(self.reduce, ReduceOp):
+        if type(self.peer) is not int or self.peer < 0:
+            raise _bad_rank(self.peer, "Recv.peer")
+        if self.reduce is not None and type(self.reduce) is not ReduceOp:
             raise TypeError(f"Recv.reduce must be a ReduceOp or None, got {self.reduce!r}")
 
 
@@ -154,7 +156,11 @@ class Spawn:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Join:
-    """Block until a spawned task ends; returns the task's return value."""
+    """Block until a spawned task ends; returns the task's return value.
+
+    Any task of the rank may join any other task of the rank (a task may wait for its
+    sibling, as DDP's buckets queue on one comm stream), and each task is joined once.
+    """
 
     task: Any
 

@@ -10,7 +10,9 @@ end at the closed-form time 2(p-1)(alpha + n/(p*B)).
     python benchmarks/sim_speed.py [--ranks 256] [--repeats 3]
 
 Each figure is the best (shortest) of ``repeats`` runs in this one process, the usual way to
-time code: slower runs only add noise from whatever else the machine is doing. Times are the
+time code: slower runs only add noise from whatever else the machine is doing. The variants
+take turns (bare, ours, ours with the trace, and again), so that a busy spell of the machine
+falls on all of them. Times are the
 process's CPU time, which on a quiet machine equals wall time for this single-threaded work and
 on a busy one leaves out the time other programs held the CPU.
 """
@@ -68,19 +70,17 @@ def ours(ranks: int, record: bool) -> tuple[int, float]:
     return result.messages, result.time
 
 
-def best_time(run: Callable[[], tuple[int, float]], repeats: int, messages: int,
-              end_time: float, name: str) -> float:
-    """Shortest CPU time of ``repeats`` runs, each checked against the expected counts."""
-    best = math.inf
-    for _ in range(repeats):
-        start = time.process_time()
-        sent, end = run()
-        best = min(best, time.process_time() - start)
-        if sent != messages:
-            raise AssertionError(f"{name}: {sent} messages, expected {messages}")
-        if not math.isclose(end, end_time, rel_tol=1e-9):
-            raise AssertionError(f"{name}: ended at {end!r}s, closed form says {end_time!r}s")
-    return best
+def timed(run: Callable[[], tuple[int, float]], messages: int, end_time: float, name: str
+          ) -> float:
+    """CPU time of one run, checked against the expected counts."""
+    start = time.process_time()
+    sent, end = run()
+    took = time.process_time() - start
+    if sent != messages:
+        raise AssertionError(f"{name}: {sent} messages, expected {messages}")
+    if not math.isclose(end, end_time, rel_tol=1e-9):
+        raise AssertionError(f"{name}: ended at {end!r}s, closed form says {end_time!r}s")
+    return took
 
 
 class _Parser(argparse.ArgumentParser):
@@ -117,14 +117,20 @@ def main(argv: list[str] | None = None) -> None:
           f"{LATENCY_TEXT}: {messages} messages, {end_time * 1e3:.4f} ms simulated; "
           f"best of {args.repeats} runs (CPU time)")
 
-    bare = best_time(lambda: bare_ring(p, transfer), args.repeats, messages, end_time, "bare")
-    print(f"{'bare simpy loop':24} {messages / bare:10.0f} messages/s  ({bare:.3f} s)")
-    for record in (False, True):
-        name = f"simulate(record={record})"
-        took = best_time(lambda: ours(p, record), args.repeats, messages, end_time, name)
-        print(f"{name:24} {messages / took:10.0f} messages/s  ({took:.3f} s)  "
-              f"ours/bare {bare / took:.2f} (target >= {TARGET_RATIO})")
-
+    # The variants take turns, so that a busy spell of the machine slows all of them alike.
+    variants: dict[str, Callable[[], tuple[int, float]]] = {
+        "bare simpy loop": lambda: bare_ring(p, transfer),
+        "simulate(record=False)": lambda: ours(p, False),
+        "simulate(record=True)": lambda: ours(p, True),
+    }
+    best = dict.fromkeys(variants, math.inf)
+    for _ in range(args.repeats):
+        for name, run in variants.items():
+            best[name] = min(best[name], timed(run, messages, end_time, name))
+    bare = best["bare simpy loop"]
+    for name, took in best.items():
+        ratio = "" if took is bare else f"  ours/bare {bare / took:.2f} (target >= {TARGET_RATIO})"
+        print(f"{name:24} {messages / took:10.0f} messages/s  ({took:.3f} s){ratio}")
 
 if __name__ == "__main__":
     main()

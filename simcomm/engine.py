@@ -3,12 +3,14 @@
 Cost model (alpha-beta with contention):
 
 * A message of n bytes follows its route link by link, cut-through: its head enters link k
-  when the link is free and the head has crossed link k-1; it occupies the link for
-  n / bandwidth seconds; the tail reaches the far end ``latency`` seconds after it leaves.
-  Uncontended, a message costs the sum of its links' latencies plus n / (slowest bandwidth).
-* A link carries one message at a time, first come first served in send order. A link's
-  time is reserved along the whole route when the message is sent, so a message that waits
-  upstream keeps its slot downstream (no back-filling of idle gaps).
+  when it has crossed link k-1 and link k is free, and goes on at once; the message occupies
+  the link for n / bandwidth seconds, ending no earlier than its tail arrives from upstream;
+  the tail reaches the far end ``latency`` seconds after it leaves. Uncontended, a message
+  costs the sum of its links' latencies plus n / (slowest bandwidth), wherever on the route
+  the slowest link is.
+* A link carries one message at a time, first come first served in the order the messages'
+  heads reach it (at the same instant: in send order). A message that waits upstream takes
+  its turn downstream when it gets there, so it holds no link it has not reached.
 * A send completes when its message has arrived; a message that arrives before its receive
   is posted waits at the receiver (eager protocol).
 * A reducing receive, a ``Copy`` and a ``Divide`` of n bytes take n / reduce_bandwidth
@@ -63,8 +65,9 @@ class ProtocolError(SimulationError):
 
 class TraceEvent(NamedTuple):
     """One span of the op trace. ``kind`` is ``send`` (``rank`` -> ``peer``, issue to
-    arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide`` or
-    ``compute``. ``message`` numbers the message a send, receive or reduction belongs to
+    arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide``,
+    ``compute`` or ``task`` (a spawned task, from its ``Spawn`` to its end; labelled with its
+    generator's name). ``message`` numbers the message a send, receive or reduction belongs to
     (in send order, from 0; -1 for local work); ``label`` is the op's."""
 
     kind: str
@@ -126,7 +129,8 @@ class _Handle:
     """
 
     __slots__ = ("task", "is_send", "peer", "buf", "reduce", "nbytes", "data", "recv",
-                 "matched", "done", "waited", "blocking", "posted", "label", "message")
+                 "matched", "done", "waited", "blocking", "posted", "label", "message",
+                 "route", "hop", "tail", "trace_index")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
                  reduce: ReduceOp | None, posted: float, label: str) -> None:
@@ -134,6 +138,9 @@ class _Handle:
             task, is_send, peer, buf, reduce)
         self.label = label
         self.message = -1  # a Send's number; a Recv's is its matching Send's
+        # Only a Send sets route (link, bandwidth, latency), hop (the next link its head
+        # enters), tail (when its tail reached the end of the last link crossed) and
+        # trace_index (its place in the trace, or -1).
         self.nbytes = buf.nbytes
         self.data: np.ndarray | None = None  # the message's data; None for size-only runs
         self.recv: _Handle | None = None
@@ -152,10 +159,12 @@ class _Handle:
 
 class _Task:
     __slots__ = ("rank", "channel", "gen", "main", "pending", "wait_handles", "outstanding",
-                 "done", "result", "joiners", "children", "joined", "blocked_on")
+                 "done", "result", "joiners", "children", "joined", "blocked_on", "started")
 
-    def __init__(self, rank: int, channel: Hashable, gen: Any, main: bool) -> None:
+    def __init__(self, rank: int, channel: Hashable, gen: Any, main: bool, started: float
+                 ) -> None:
         self.rank, self.channel, self.gen, self.main = rank, channel, gen, main
+        self.started = started
         self.pending = 0
         self.wait_handles: tuple[_Handle, ...] | None = None
         self.outstanding: dict[_Handle, None] = {}  # a set that keeps posting order
@@ -207,7 +216,7 @@ class _Simulation:
                                 "live task of that rank already uses: concurrent tasks need "
                                 "distinct channels")
         self.live_channels[rank].add(channel)
-        task = _Task(rank, channel, gen, main)
+        task = _Task(rank, channel, gen, main, self.env.now)
         self.tasks.append(task)
         self._run(task, None)
         return task
@@ -244,6 +253,9 @@ class _Simulation:
                                 f"joining its tasks on channels {unjoined!r}")
         task.done, task.result = True, result
         self.live_channels[task.rank].discard(task.channel)
+        if self.record and not task.main:
+            self.trace.append(TraceEvent("task", task.rank, task.channel, task.started,
+                                         self.env.now, label=getattr(task.gen, "__name__", "")))
         if task.main:
             self.results[task.rank] = result
             self.finish_times[task.rank] = self.env.now
@@ -269,11 +281,18 @@ class _Simulation:
             h.data = h.buf.copy()
         h.message = self.messages
         self.messages += 1
-        arrival = self._reserve_route(src, dst, h.nbytes, now, h.message)
-        if self.record:
-            self.trace.append(TraceEvent("send", src, task.channel, now, arrival, dst,
+        h.trace_index = -1
+        if self.record:  # its end is filled in when it arrives
+            h.trace_index = len(self.trace)
+            self.trace.append(TraceEvent("send", src, task.channel, now, math.nan, dst,
                                          h.nbytes, op.label, h.message))
-        self.env.timeout(arrival - now, h).callbacks.append(self._on_arrival)
+        route = self.routes.get((src, dst))
+        if route is None:
+            route = self.routes[(src, dst)] = tuple(
+                (i, self.links[i].bandwidth, self.links[i].latency)
+                for i in self.topology.route(src, dst))
+        h.route, h.hop, h.tail = route, 0, -math.inf
+        self._cross(h, now)
         sends, recvs = self.queues[src, dst, task.channel]
         if recvs:
             self._pair(h, recvs.popleft())
@@ -281,26 +300,29 @@ class _Simulation:
             sends.append(h)
         return h
 
-    def _reserve_route(self, src: int, dst: int, nbytes: int, now: float, message: int
-                       ) -> float:
-        route = self.routes.get((src, dst))
-        if route is None:
-            route = self.routes[(src, dst)] = tuple(
-                (i, self.links[i].bandwidth, self.links[i].latency)
-                for i in self.topology.route(src, dst))
-        free, busy, sent = self.link_free, self.link_busy, self.link_bytes
-        head, tail = now, -math.inf  # when the head may enter, when the tail got here
-        for i, bandwidth, latency in route:
-            occupancy = nbytes / bandwidth
-            start = max(head, free[i], tail - occupancy)
-            end = start + occupancy
-            free[i] = end
-            busy[i] += occupancy
-            sent[i] += nbytes
-            if self.record:
-                self.hops.append(Hop(i, message, start, end))
-            head, tail = start + latency, end + latency
-        return tail
+    def _cross(self, h: _Handle, head: float) -> None:
+        # The message's head reaches the next link of its route now. The link serves heads in
+        # the order they reach it; the head goes on as soon as the link is free (cut-through),
+        # but the message cannot finish crossing before its tail has come from upstream.
+        hop, nbytes, free = h.hop, h.nbytes, self.link_free
+        i, bandwidth, latency = h.route[hop]
+        occupancy = nbytes / bandwidth
+        enter = free[i] if free[i] > head else head
+        start = max(enter, h.tail - occupancy)
+        end = free[i] = start + occupancy
+        self.link_busy[i] += occupancy
+        self.link_bytes[i] += nbytes
+        if self.record:
+            self.hops.append(Hop(i, h.message, start, end))
+        h.hop = hop = hop + 1
+        h.tail = tail = end + latency
+        if hop == len(h.route):
+            self.env.timeout(tail - head, h).callbacks.append(self._on_arrival)
+        else:
+            self.env.timeout(enter + latency - head, h).callbacks.append(self._on_hop)
+
+    def _on_hop(self, event: simpy.Event) -> None:
+        self._cross(event.value, self.env.now)
 
     def _recv(self, task: _Task, op: Recv) -> _Handle:
         src, dst = op.peer, task.rank
@@ -330,6 +352,9 @@ class _Simulation:
 
     def _on_arrival(self, event: simpy.Event) -> None:
         send = event.value
+        if send.trace_index >= 0:
+            self.trace[send.trace_index] = self.trace[send.trace_index]._replace(
+                end=self.env.now)
         self._complete(send)
         if send.recv is not None:
             self._deliver(send)
@@ -452,9 +477,10 @@ class _Simulation:
 
     def _join(self, task: _Task, op: Join) -> Any:
         child = op.task
-        if not isinstance(child, _Task) or child not in task.children:
-            raise ProtocolError(f"rank {task.rank} joined {child!r}, which is not a task it "
-                                "spawned")
+        # Any task of the rank may join any other (DDP chains its buckets so), once.
+        if not isinstance(child, _Task) or child is task or child.rank != task.rank:
+            raise ProtocolError(f"rank {task.rank} joined {child!r}, which is not another "
+                                "task of this rank (tasks come from Spawn)")
         if child.joined or child.joiners:
             raise ProtocolError(f"rank {task.rank} joined its task on channel "
                                 f"{child.channel!r} twice")

@@ -275,6 +275,21 @@ def test_a_two_hop_message_is_cut_through(lat1, lat2, bw1, bw2, count) -> None:
     assert result.time == exactly(lat1 + lat2 + count * 4 / min(bw1, bw2))
 
 
+@given(hops=st.lists(st.tuples(alphas, bandwidths), min_size=1, max_size=6),
+       count=st.integers(0, 10**6))
+@example(hops=[(0.0, 1e9), (0.0, 1e12), (0.0, 1e9)], count=10**6)  # slow, fast, slow
+def test_a_message_over_any_chain_of_links_is_cut_through(hops, count) -> None:
+    # Uncontended, the latencies add up and the slowest link sets the pace: a fast link
+    # between two slow ones neither speeds the message up nor holds its head back.
+    nodes = ["gpu0"] + [f"hub{i}" for i in range(len(hops) - 1)] + ["gpu1"]
+    links = tuple(Link(a, b, bandwidth, latency)
+                  for a, b, (latency, bandwidth) in zip(nodes, nodes[1:], hops))
+    line = Topology("line", tuple(nodes), links, ("gpu0", "gpu1"), (math.inf, math.inf))
+    result = simulate(point_to_point(count), [SizeOnly(0)] * 2, line)
+    slowest = min(bandwidth for _, bandwidth in hops)
+    assert result.time == exactly(sum(latency for latency, _ in hops) + count * 4 / slowest)
+
+
 @given(alpha=alphas, bandwidth=bandwidths, first=st.integers(0, 10**6),
        second=st.integers(0, 10**6))
 def test_two_messages_on_one_link_serialize_in_send_order(alpha, bandwidth, first,
