@@ -196,7 +196,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
                              f"size ({dtype.itemsize} B)")
     return BenchConfig(collective, sizes, dtype, _op_from_args(collective, args.op),
                        _root_from_args(collective, args.root), bool(args.check), args.format,
-                       MappingProxyType(_params_from_args(collective, args.param)))
+                       MappingProxyType(params_from_items(collective, args.param)))
 
 
 def _sizes_from_args(args: argparse.Namespace) -> tuple[int, ...]:
@@ -236,7 +236,9 @@ def _root_from_args(collective: Collective, root: int | None) -> int | None:
     return root
 
 
-def _params_from_args(collective: Collective, items: Sequence[str]) -> dict[str, Any]:
+def params_from_items(collective: Collective, items: Sequence[str]) -> dict[str, Any]:
+    """Parse `--param key=value` items into keyword arguments the algorithm accepts, with
+    errors that name the bad item."""
     accepted = _settable_parameters(collective)
     params: dict[str, Any] = {}
     for item in items:

@@ -103,6 +103,22 @@ def parse_bandwidth(text: str | float) -> float:
     return rate
 
 
+def parse_flops(text: str | float) -> float:
+    """A compute rate in FLOP/s: ``"125TFLOPS"`` -> 1.25e14, ``"312 TFLOP/s"``, ``"9e13"``."""
+    if not isinstance(text, str):
+        rate = _number(text, "a compute rate")
+    else:
+        value, unit = _split(text.replace(" ", ""), "a compute rate (e.g. 125TFLOPS)")
+        match = re.fullmatch(r"([kKMGTP]?)(?:FLOPS|FLOP/s|flops|flop/s)?", unit)
+        if match is None:
+            raise ValueError(f"unknown compute rate unit {unit!r} in {text!r} "
+                             "(use FLOPS with a prefix: GFLOPS, TFLOPS, ...)")
+        rate = float(value * Decimal({**_RATE_PREFIXES, "P": 1000**5}[match.group(1)]))
+    if not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"a compute rate must be finite and > 0, got {text!r}")
+    return rate
+
+
 def format_bytes(n: int) -> str:
     """Largest binary unit that divides ``n`` exactly: 1048576 -> ``"1MiB"``."""
     for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):

@@ -604,9 +604,10 @@ class _Run:
 
     def _join(self, task: _Task, op: Join) -> Any:
         child = op.task
-        if not isinstance(child, _Task) or child not in task.children:
-            raise ProtocolError(f"rank {self.rank} joined {child!r}, which is not a task it "
-                                "spawned")
+        # Any task of the rank may join any other (DDP chains its buckets so), once.
+        if not isinstance(child, _Task) or child is task:
+            raise ProtocolError(f"rank {self.rank} joined {child!r}, which is not another "
+                                "task of this rank (tasks come from Spawn)")
         if child.joined or child.joiner is not None:
             raise ProtocolError(f"rank {self.rank} joined its task on channel "
                                 f"{child.channel!r} twice")

@@ -12,6 +12,8 @@ What the file shows (timestamps and durations in microseconds of simulated time)
   the time the link spends putting it on the wire (n / bandwidth), and a counter per link of
   the bytes in flight on it (from the head entering the link to the tail reaching its end).
 * a flow arrow from each send slice to the receive slice that matched it.
+* per spawned task (a DDP bucket's all-reduce, say), a slice on its channel's ``task``
+  thread from its ``Spawn`` to its end, named after its generator (``ring_allreduce``).
 
 Slices are named after the op's label (``reduce-scatter 3 -> 5``: step 3 of the
 reduce-scatter, to rank 5); their args hold the peer, bytes, channel and message number.
@@ -167,8 +169,8 @@ def _slice(event: TraceEvent, tid: int) -> dict[str, Any]:
         args["peer"] = event.peer
     if event.message >= 0:
         args["message"] = event.message
-    category = "compute" if event.kind == "compute" else (
-        "memory" if event.kind in _MEMORY_KINDS else "comm")
+    category = {"compute": "compute", "task": "task"}.get(
+        event.kind, "memory" if event.kind in _MEMORY_KINDS else "comm")
     return {"ph": "X", "name": _slice_name(event), "cat": category, "pid": event.rank,
             "tid": tid, "ts": start, "dur": end - start, "args": args}
 

@@ -41,6 +41,7 @@ from simcomm.sweep import (
     read_bench_csv, read_csv, run_sweep, split_list, write_csv, write_plots,
 )
 from simcomm.topofile import dump_topology
+from simcomm.train_cli import add_ddp_parser, run_ddp
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
 from simcomm.units import parse_bandwidth, parse_seconds
 
@@ -80,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topo_parser(commands)
     _add_sweep_parser(commands)
     _add_plot_parser(commands)
+    add_ddp_parser(commands, _add_topology_arguments)
+    commands.choices["ddp"].set_defaults(run=ddp)
     return parser
 
 
@@ -102,6 +105,11 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeline", metavar="FILE.png",
                         help="draw the run of the largest size as a timeline PNG (needs "
                              "matplotlib)")
+    _add_topology_arguments(parser)
+    parser.set_defaults(run=bench)
+
+
+def _add_topology_arguments(parser: argparse.ArgumentParser) -> None:
     topology = parser.add_argument_group(
         "topology", "a builder (--ranks, --bandwidth and --latency required), a preset "
                     "(simcomm topo list) or a topology file (.toml), which brings its own "
@@ -122,7 +130,6 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
                           help="hierarchical: network link bandwidth (default --bandwidth)")
     topology.add_argument("--inter-latency", metavar="TIME",
                           help="hierarchical: latency across nodes (default --latency)")
-    parser.set_defaults(run=bench)
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -232,6 +239,11 @@ def _flag(parse: Callable[[str], float], flag: str, text: str | None) -> float |
         return parse(text)
     except ValueError as error:
         raise ValueError(f"{flag}: {error}") from None
+
+
+def ddp(args: argparse.Namespace) -> int:
+    """``simcomm ddp``: simulate a DDP step (``simcomm.train_cli``)."""
+    return run_ddp(args, _topology_from_args(args))
 
 
 # -- topo -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 
 from simcomm.engine import SimResult
 from simcomm.sweep import Series
+from simcomm.training import StepReport
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -157,4 +158,26 @@ def timeline_figure(result: SimResult, title: str = "") -> Figure:
     if len(rows) > len(shown):
         title += f" (first {len(shown)} of {len(rows)} rows)"
     figure.suptitle(title.strip() or "timeline")
+    return figure
+
+
+def bucket_sweep_figure(reports: Sequence[StepReport], title: str = "") -> Figure:
+    """Step time and exposed communication (ms) against the DDP bucket cap (log axis)."""
+    figure = Figure(figsize=(8, 5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    caps = [r.bucket_cap or 0 for r in reports]
+    axes.plot(caps, [r.step * 1e3 for r in reports], marker="o", label="step")
+    axes.plot(caps, [r.exposed * 1e3 for r in reports], marker="s", linestyle="--",
+              label="exposed communication")
+    axes.plot(caps, [r.compute * 1e3 for r in reports], linestyle=":", color="gray",
+              label="compute")
+    axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: size_label(x)))
+    axes.set_xlabel("bucket cap")
+    axes.set_ylabel("time (ms)")
+    axes.set_ylim(bottom=0)
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.suptitle(title or "DDP bucket cap sweep")
     return figure

@@ -110,15 +110,15 @@ def rank_activity(result: SimResult) -> list[RankActivity]:
     activity = []
     for rank in range(size):
         compute, comm, memory = (spans[kind][rank] for kind in ("compute", "comm", "memory"))
-        busy = _covered(compute + comm + memory)
-        activity.append(RankActivity(rank, result.finish_times[rank], _covered(compute),
-                                     _covered(comm), _covered(memory), busy,
+        busy = covered_time(compute + comm + memory)
+        activity.append(RankActivity(rank, result.finish_times[rank], covered_time(compute),
+                                     covered_time(comm), covered_time(memory), busy,
                                      max(0.0, result.time - busy)))
     return activity
 
 
-def _covered(spans: Iterable[tuple[float, float]]) -> float:
-    """Length of the union of the intervals."""
+def covered_time(spans: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of the intervals (seconds covered by at least one)."""
     total, reach = 0.0, -math.inf
     for start, end in sorted(spans):
         if end <= reach:

@@ -1,5 +1,5 @@
 """Human units at the edges (re-exported from ``algorithms.units``, which realcomm shares)."""
 
-from algorithms.units import format_bytes, parse_bandwidth, parse_bytes, parse_seconds
+from algorithms.units import format_bytes, parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
-__all__ = ["format_bytes", "parse_bandwidth", "parse_bytes", "parse_seconds"]
+__all__ = ["format_bytes", "parse_bandwidth", "parse_bytes", "parse_flops", "parse_seconds"]

@@ -124,7 +124,10 @@ def test_compute_and_spawned_channels_get_their_own_threads() -> None:
     result = simulate(overlapped, size_only(2, 100), ring(2, 1e9, 1e-6))
     data = chrome_trace(result)
     check_format(data)
-    assert thread_names(data, 1) == {"compute", "ch bucket send", "ch bucket recv"}
+    assert thread_names(data, 1) == {"compute", "ch bucket send", "ch bucket recv",
+                                     "ch bucket task"}
+    tasks = [e for e in data["traceEvents"] if e["ph"] == "X" and e["cat"] == "task"]
+    assert [e["name"] for e in tasks] == ["all_gather"] * 2
     computes = [e for e in data["traceEvents"] if e["ph"] == "X" and e["cat"] == "compute"]
     assert [(e["name"], e["dur"]) for e in computes] == [("backward", pytest.approx(3.0))] * 2
 

@@ -228,8 +228,8 @@ PROTOCOL_ERRORS = [
     (modified_before_wait, r"rank 1 changed the buffer of its Send to rank 2"),
     (spawn_on_own_channel, r"rank 0 spawned a task on channel 0, which a live task"),
     (spawn_on_busy_channel, r"rank 0 spawned a task on channel 1, which a live task"),
-    (join_not_a_task, r"rank 0 joined 42, which is not a task it spawned"),
-    (join_a_handle, r"rank 1 joined .*, which is not a task it spawned"),
+    (join_not_a_task, r"rank 0 joined 42, which is not another task of this rank"),
+    (join_a_handle, r"rank 1 joined .*, which is not another task of this rank"),
     (join_twice, r"rank 0 joined its task on channel 1 twice"),
     (return_without_join, r"rank 0 \(channel 0\) returned without joining its tasks on "
                           r"channels \[1\]"),

@@ -1,0 +1,190 @@
+"""Simulated training steps: DDP with and without overlap, DataParallel, and bucket sweeps.
+
+Each function runs a schedule of ``algorithms.ddp`` on size-only buffers (so a 7B model
+allocates nothing) and reports what users ask of a step: how long it takes, how much of it
+is compute, how much communication is left exposed after the overlap, and, per bucket, when
+its gradients were ready and when its all-reduce started and ended.
+
+Definitions (times in seconds, on the rank that finishes last):
+
+* ``compute``: forward plus backward, the rank's compute stream busy;
+* ``comm``: time during which at least one bucket's all-reduce is running (for DataParallel:
+  every moment the step is not computing);
+* ``exposed``: ``step - compute``, the time the step waits on communication;
+* ``overlap``: the share of ``comm`` hidden behind compute, ``1 - exposed / comm`` (0 when
+  there is no communication).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from algorithms.collectives import Schedule, ring_allreduce
+from algorithms.ddp import (
+    DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP, assign_buckets, bucket_channel, ddp_step, dp_step,
+    gradient_order,
+)
+from algorithms.models import Model
+from simcomm.buffers import SizeOnly
+from simcomm.engine import SimResult, simulate
+from simcomm.summary import covered_time
+from simcomm.topology import Topology
+from simcomm.units import format_bytes
+
+_GRAD_DTYPES = {2: np.float16, 4: np.float32, 8: np.float64}
+
+
+@dataclass(frozen=True)
+class BucketTiming:
+    """One bucket of a DDP step: its size and, on the last rank to finish, when its
+    gradients were all ready and when its all-reduce started and ended (seconds)."""
+
+    index: int
+    tensors: int
+    bytes: int
+    ready: float
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one simulated training step cost (see the module doc for the definitions)."""
+
+    schedule: str  # "ddp", "ddp-no-overlap" or "dp"
+    model: str
+    ranks: int
+    step: float
+    compute: float
+    comm: float
+    exposed: float
+    overlap: float
+    bucket_cap: int | None
+    buckets: tuple[BucketTiming, ...]
+    result: SimResult = field(repr=False, compare=False)
+
+    def format(self) -> str:
+        """The report as text (times in milliseconds)."""
+        ms = lambda seconds: f"{seconds * 1e3:.3f} ms"  # noqa: E731
+        cap = "" if self.bucket_cap is None else f", bucket cap {format_bytes(self.bucket_cap)}"
+        lines = [f"{self.schedule}: {self.model} on {self.ranks} ranks{cap}",
+                 f"  step      {ms(self.step)}",
+                 f"  compute   {ms(self.compute)}",
+                 f"  comm      {ms(self.comm)}",
+                 f"  exposed   {ms(self.exposed)}  ({self.exposed / self.step:.1%} of the step)"
+                 if self.step > 0 else f"  exposed   {ms(self.exposed)}",
+                 f"  overlap   {self.overlap:.1%} of comm hidden behind compute"]
+        if self.buckets:
+            lines.append(f"  buckets ({len(self.buckets)}; ms):")
+            lines.append(f"    {'#':>4} {'tensors':>7} {'size':>10} {'ready':>10} {'start':>10} "
+                         f"{'end':>10}")
+            for b in self.buckets:
+                lines.append(f"    {b.index:>4} {b.tensors:>7} {format_bytes(b.bytes):>10} "
+                             f"{b.ready * 1e3:>10.3f} {b.start * 1e3:>10.3f} "
+                             f"{b.end * 1e3:>10.3f}")
+        return "\n".join(lines)
+
+
+def _grad_dtype(model: Model) -> Any:
+    dtype = _GRAD_DTYPES.get(model.grad_bytes)
+    if dtype is None:
+        raise ValueError(f"model {model.name!r}: grad_bytes must be 2, 4 or 8, "
+                         f"got {model.grad_bytes}")
+    return dtype
+
+
+def model_buckets(model: Model, bucket_cap: int = DEFAULT_BUCKET_CAP,
+                  first_bucket_cap: int = FIRST_BUCKET_CAP) -> list[list[int]]:
+    """``model``'s gradients cut into DDP buckets (indices into ``gradient_order``)."""
+    sizes = [model.layers[li].params[ti] for li, ti in gradient_order(model)]
+    return assign_buckets(sizes, model.grad_bytes, bucket_cap, first_bucket_cap)
+
+
+def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_BUCKET_CAP,
+                 first_bucket_cap: int = FIRST_BUCKET_CAP,
+                 allreduce: Callable[..., Schedule] = ring_allreduce, overlap: bool = True,
+                 trace: Any = None, **allreduce_params: Any) -> StepReport:
+    """Simulate one DDP step of ``model`` on every rank of ``topology``."""
+    buckets = model_buckets(model, bucket_cap, first_bucket_cap)
+    order = gradient_order(model)
+    dtype = _grad_dtype(model)
+    grads = [SizeOnly(sum(model.layers[li].params[ti] for li, ti in (order[i] for i in members)),
+                      dtype) for members in buckets]
+    result = simulate(_ddp_rank, [SizeOnly(0, dtype)] * topology.size, topology, trace=trace,
+                      model=model, grads=grads, buckets=buckets, allreduce=allreduce,
+                      overlap=overlap, allreduce_params=allreduce_params)
+    rank = int(np.argmax(result.finish_times))
+    compute = _compute_time(result, rank)
+    task_spans = {e.channel: (e.start, e.end) for e in result.trace
+                  if e.kind == "task" and e.rank == rank}
+    ready_at = _backward_ends(result, rank)
+    timings = []
+    for b, members in enumerate(buckets):
+        last_layer = order[members[-1]][0]
+        queued, end = task_spans[bucket_channel(b)]
+        # Queued when ready; started once the bucket before it was done (one comm stream).
+        start = max(queued, timings[-1].end) if timings else queued
+        timings.append(BucketTiming(b, len(members), grads[b].nbytes,
+                                    ready_at[model.layers[last_layer].name], float(start),
+                                    float(end)))
+    comm = covered_time([(t.start, t.end) for t in timings])
+    return _report("ddp" if overlap else "ddp-no-overlap", model, topology, result, compute,
+                   comm, bucket_cap, timings)
+
+
+def simulate_dp(model: Model, topology: Topology, *, root: int = 0, trace: Any = None
+                ) -> StepReport:
+    """Simulate one DataParallel step of ``model`` with the master GPU ``root``."""
+    p = topology.size
+    dtype = _grad_dtype(model)
+    flat = SizeOnly(model.param_count, dtype)
+    inputs = [SizeOnly(model.input_bytes * (p if rank == root else 1), np.uint8)
+              for rank in range(p)]
+    outputs = SizeOnly(model.output_bytes, np.uint8)
+    result = simulate(_dp_rank, inputs, topology, trace=trace, model=model, flat=flat,
+                      outputs=outputs, root=root)
+    rank = int(np.argmax(result.finish_times))
+    compute = _compute_time(result, rank)
+    return _report("dp", model, topology, result, compute, result.time - compute, None, [])
+
+
+def _ddp_rank(comm: Any, _unused: Any, model: Model, grads: list[SizeOnly],
+              buckets: list[list[int]], allreduce: Callable[..., Schedule], overlap: bool,
+              allreduce_params: dict[str, Any]) -> Schedule:
+    # The step's buffers are the buckets' gradients, the same on every rank (size-only).
+    return ddp_step(comm, model, grads, buckets, allreduce, overlap, **allreduce_params)
+
+
+def _dp_rank(comm: Any, inputs: Any, model: Model, flat: SizeOnly, outputs: SizeOnly,
+             root: int) -> Schedule:
+    # Size-only buffers are immutable, so one serves for parameters and gradients alike.
+    return dp_step(comm, model, flat, flat, inputs, outputs, root)
+
+
+def bucket_sweep(model: Model, topology: Topology, caps: Sequence[int], **kwargs: Any
+                 ) -> list[StepReport]:
+    """``simulate_ddp`` once per bucket cap; the first bucket's cap stays as given."""
+    return [simulate_ddp(model, topology, bucket_cap=cap, **kwargs) for cap in caps]
+
+
+def _report(schedule: str, model: Model, topology: Topology, result: SimResult,
+            compute: float, comm: float, bucket_cap: int | None,
+            buckets: list[BucketTiming]) -> StepReport:
+    exposed = max(0.0, result.time - compute)
+    overlap = 1.0 - exposed / comm if comm > 0 else 0.0  # no communication, nothing hidden
+    return StepReport(schedule, model.name, topology.size, float(result.time), compute, comm,
+                      exposed, min(1.0, max(0.0, overlap)), bucket_cap, tuple(buckets), result)
+
+
+def _compute_time(result: SimResult, rank: int) -> float:
+    return sum(e.end - e.start for e in result.trace if e.kind == "compute" and e.rank == rank)
+
+
+def _backward_ends(result: SimResult, rank: int) -> dict[str, float]:
+    return {e.label.removeprefix("backward "): e.end for e in result.trace
+            if e.kind == "compute" and e.rank == rank and e.label.startswith("backward ")}

@@ -1,0 +1,89 @@
+"""DDP's bucketed all-reduce on a real model over gloo gives the parameters that torch's own
+DistributedDataParallel gives, step after step, on the same data and seed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from algorithms import alltoall_allreduce, reduce_broadcast_allreduce, ring_allreduce
+from realcomm import Driver, spawn
+from realcomm.ddp import BucketedAllreduce
+
+STEPS = 4
+BATCH = 8
+
+
+def make_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(10, 32), torch.nn.LayerNorm(32), torch.nn.Tanh(),
+        torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 3))
+
+
+def batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(100 + rank)
+    return [(torch.randn(BATCH, 10, generator=generator),
+             torch.randint(0, 3, (BATCH,), generator=generator)) for _ in range(STEPS)]
+
+
+def train_both(allreduce_name: str, bucket_cap: int) -> tuple[float, list[float]]:
+    """Train our DDP and torch's side by side on this rank's batches; return the largest
+    parameter difference between them and our final parameters, flattened."""
+    allreduce = {"ring": ring_allreduce, "reduce_broadcast": reduce_broadcast_allreduce,
+                 "alltoall": alltoall_allreduce}[allreduce_name]
+    ours, theirs = make_model(), make_model()
+    if dist.get_rank() != 0:  # replicas start apart: both must take rank 0's parameters
+        with torch.no_grad():
+            for model in (ours, theirs):
+                for p in model.parameters():
+                    p.add_(1.0)
+    sync = BucketedAllreduce(ours, Driver(), bucket_cap=bucket_cap, first_bucket_cap=256,
+                             allreduce=allreduce)
+    assert len(sync.buckets) > 2
+    reference = DistributedDataParallel(theirs)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ours, reference)]
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for inputs, targets in batches(dist.get_rank()):
+        loss_fn(ours(inputs), targets).backward()
+        sync.finish()
+        loss_fn(reference(inputs), targets).backward()
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
+    sync.close()
+    difference = max((a - b).abs().max().item()
+                     for a, b in zip(ours.parameters(), theirs.parameters()))
+    flat = torch.cat([p.detach().view(-1) for p in ours.parameters()])
+    return difference, flat.tolist()
+
+
+@pytest.mark.parametrize("nprocs, allreduce_name", [(2, "ring"), (4, "ring"),
+                                                    (3, "reduce_broadcast"), (4, "alltoall")])
+def test_parameters_equal_torch_ddp(nprocs: int, allreduce_name: str) -> None:
+    results = spawn(train_both, nprocs, (allreduce_name, 2048))
+    for rank, (difference, _) in enumerate(results):
+        assert difference < 1e-5, f"rank {rank} is {difference} from torch DDP"
+    first = results[0][1]
+    for _, flat in results[1:]:  # the replicas stay identical
+        assert flat == pytest.approx(first, abs=1e-6)
+
+
+def unused_parameter() -> str:
+    model = torch.nn.ModuleDict({"used": torch.nn.Linear(4, 4), "unused": torch.nn.Linear(4, 4)})
+    sync = BucketedAllreduce(model, Driver(), bucket_cap=64, first_bucket_cap=64)
+    model["used"](torch.ones(2, 4)).sum().backward()
+    try:
+        sync.finish()
+    except RuntimeError as error:
+        return str(error)
+    finally:
+        sync.close()
+    return "no error"
+
+
+def test_a_parameter_without_gradient_is_reported_not_hung() -> None:
+    for message in spawn(unused_parameter, 2):
+        assert "without a gradient" in message
