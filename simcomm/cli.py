@@ -21,6 +21,7 @@ arguments, simulator errors and a ``--check`` too large for memory print one lin
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -67,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         return args.run(args)
+    except BrokenPipeError:  # the reader left (simcomm ... | head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (_UsageError, ValueError, SimulationError, MemoryError, OSError) as error:
         message = " ".join(str(error).split())
         print(f"simcomm: error: {message}", file=sys.stderr)

@@ -81,9 +81,10 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
                **params_from_items(collective, args.param)}
     if args.plot and not args.sweep_buckets:
         raise ValueError("--plot draws the bucket sweep: give --sweep-buckets too")
-    print(f"# {model.name}: {model.param_count:,} parameters ({format_bytes(model.param_bytes)} "
-          f"of gradients), {len(model.layers)} layers; forward {model.forward_seconds * 1e3:.3f}"
-          f" ms, backward {model.backward_seconds * 1e3:.3f} ms per step at {args.throughput}")
+    print(f"# {model.name}: {model.param_count:,} parameters "
+          f"({model.param_bytes / 2**20:.1f} MiB of gradients), {len(model.layers)} layers; "
+          f"forward {model.forward_seconds * 1e3:.3f} ms, backward "
+          f"{model.backward_seconds * 1e3:.3f} ms per step at {args.throughput}")
     report = simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
                           overlap=not args.no_overlap, trace=args.trace, **options)
     print(report.format())

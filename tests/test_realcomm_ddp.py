@@ -87,3 +87,20 @@ def unused_parameter() -> str:
 def test_a_parameter_without_gradient_is_reported_not_hung() -> None:
     for message in spawn(unused_parameter, 2):
         assert "without a gradient" in message
+
+
+def test_model_from_module_reads_parameters_and_times_layers() -> None:
+    from realcomm.models import model_from_module
+
+    module = make_model()
+    sample = torch.randn(BATCH, 10)
+    model = model_from_module(module, sample, name="mlp", repeats=3)
+    assert model.name == "mlp"
+    assert [layer.name for layer in model.layers] == ["0", "1", "2", "3", "4", "5"]
+    assert [layer.params for layer in model.layers] == [
+        (320, 32), (32, 32), (), (1024, 32), (), (96, 3)]
+    assert model.param_count == sum(p.numel() for p in module.parameters())
+    assert all(layer.forward_seconds > 0 and layer.backward_seconds > 0
+               for layer in model.layers if layer.params)
+    assert model.input_bytes == BATCH * 10 * 4 and model.output_bytes == BATCH * 3 * 4
+    assert all(p.grad is None for p in module.parameters())  # left as it was found
