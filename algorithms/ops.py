@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Generator, Hashable
+from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,16 +93,24 @@ class Wait:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Compute:
-    """Occupy the rank's compute stream for ``seconds`` (a layer's backward, say)."""
+    """Occupy the rank's compute stream for ``seconds`` (a layer's backward, say).
+
+    ``work``, if given, is the computation itself (a callable taking no arguments): a
+    transport that runs real tensors calls it instead of waiting ``seconds``; the simulator
+    charges ``seconds`` and never calls it.
+    """
 
     seconds: float
     label: str = "compute"
+    work: Callable[[], object] | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.seconds, (int, float)) and not isinstance(self.seconds, bool)
                 and math.isfinite(self.seconds)
                 and self.seconds >= 0):
             raise ValueError(f"Compute.seconds must be finite and >= 0, got {self.seconds!r}")
+        if self.work is not None and not callable(self.work):
+            raise TypeError(f"Compute.work must be callable or None, got {self.work!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -158,14 +166,32 @@ class Spawn:
 class Join:
     """Block until a spawned task ends; returns the task's return value.
 
-    Any task of the rank may join any other task of the rank (a task may wait for its
-    sibling, as DDP's buckets queue on one comm stream), and each task is joined once.
+    Any task of the rank may join any other task of the rank, any number of times (a task
+    may wait for its sibling, as DDP's buckets queue on one comm stream); every spawned task
+    must be joined at least once before its spawner returns.
     """
 
     task: Any
 
 
-Op = Send | Recv | Wait | Compute | Copy | Divide | Alloc | Spawn | Join
+@dataclass(frozen=True, slots=True, eq=False)
+class Footprint:
+    """Account ``delta`` bytes more (negative: fewer) to this rank's memory from now on.
+
+    Schedules say with it what they hold (FSDP's gathered parameters, a unit's gradients)
+    so that a simulation can report memory over time; on real hardware memory is real and
+    the op does nothing.
+    """
+
+    delta: int
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if type(self.delta) is not int:
+            raise ValueError(f"Footprint.delta must be an int of bytes, got {self.delta!r}")
+
+
+Op = Send | Recv | Wait | Compute | Copy | Divide | Alloc | Spawn | Join | Footprint
 
 
 @dataclass(frozen=True, slots=True)

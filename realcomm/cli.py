@@ -120,6 +120,7 @@ def bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         try:
             rows = bench_rank(config, options, device)
             world_size, rank = dist.get_world_size(), dist.get_rank()
+            dist.barrier()  # no rank tears its group down while a peer still uses it
         finally:
             dist.destroy_process_group()
         if rank != 0:

@@ -10,7 +10,8 @@ Each op of ``algorithms.ops`` becomes torch work on the tensor's own device:
   that the driver owns and reuses (keyed by length, dtype and device), and is folded into
   the buffer with an in-place torch op once the data is there.
 * ``Wait`` waits for the works; ``Copy``, ``Divide`` and ``Alloc`` are torch ops;
-  ``Compute`` sleeps for its seconds (it stands for a kernel), one at a time per rank.
+  ``Compute`` runs its ``work`` if it has one (a real layer's forward, say), else sleeps for
+  its seconds (it stands for a kernel), one at a time per rank.
 * ``Spawn`` / ``Join`` run tasks cooperatively in one thread: when every task is blocked,
   the driver waits for the one Wait there is in this thread, or for several at once in
   helper threads (gloo's works cannot be polled: ``is_completed`` stays false until
@@ -55,7 +56,7 @@ import torch.distributed as dist
 
 from algorithms.buffers import chunk_bounds
 from algorithms.ops import (
-    Alloc, Comm, Compute, Copy, Divide, Join, Recv, ReduceOp, Send, Spawn, Wait,
+    Alloc, Comm, Compute, Copy, Divide, Footprint, Join, Recv, ReduceOp, Send, Spawn, Wait,
 )
 
 MAIN_CHANNEL = 0
@@ -291,7 +292,7 @@ class _Handle:
 
 class _Task:
     __slots__ = ("channel", "group", "gen", "queued", "outstanding", "children", "done",
-                 "result", "joined", "joiner")
+                 "result", "joined", "joiners")
 
     def __init__(self, channel: Hashable, group: Any, gen: Generator[Any, Any, Any]) -> None:
         self.channel, self.group, self.gen = channel, group, gen
@@ -301,7 +302,7 @@ class _Task:
         self.done = False
         self.result: Any = None
         self.joined = False
-        self.joiner: _Task | None = None
+        self.joiners: list[_Task] = []
 
 
 _BLOCKED = object()
@@ -328,6 +329,7 @@ class _Run:
         self.handlers: dict[type, Callable[[_Task, Any], Any]] = {
             Send: self._send, Recv: self._recv, Wait: self._wait, Compute: self._compute,
             Copy: self._copy, Divide: self._divide, Alloc: self._alloc, Spawn: self._spawn,
+            Footprint: self._footprint,
             Join: self._join,
         }
 
@@ -431,9 +433,9 @@ class _Run:
                                 f"without joining its tasks on channels {unjoined!r}")
         task.done, task.result = True, result
         self.live_channels.discard(task.channel)
-        if task.joiner is not None:
+        for joiner in task.joiners:
             task.joined = True
-            self.ready.append((task.joiner, result))
+            self.ready.append((joiner, result))
 
     # -- point to point --------------------------------------------------------------------
 
@@ -577,6 +579,9 @@ class _Run:
     # -- local work ------------------------------------------------------------------------
 
     def _compute(self, task: _Task, op: Compute) -> Any:
+        if op.work is not None:  # the real computation, on this thread, now
+            op.work()
+            return None
         now = time.monotonic()
         self.compute_free = max(now, self.compute_free) + op.seconds
         heapq.heappush(self.sleeping, (self.compute_free, next(self.sequence), task))
@@ -595,6 +600,9 @@ class _Run:
         # Zeros, as the simulator allocates, so that no algorithm can see stale memory.
         return torch.zeros(op.count, dtype=op.like.dtype, device=op.like.device)
 
+    def _footprint(self, task: _Task, op: Footprint) -> None:
+        return None  # memory is real here: nothing to account
+
     def _spawn(self, task: _Task, op: Spawn) -> Any:
         child = self._start(op.schedule, op.channel)
         task.children.append(child)
@@ -604,15 +612,13 @@ class _Run:
 
     def _join(self, task: _Task, op: Join) -> Any:
         child = op.task
-        # Any task of the rank may join any other (DDP chains its buckets so), once.
+        # Any task of the rank may join any other, any number of times (DDP and FSDP chain
+        # their collectives on a stream so, and FSDP's compute waits on them too).
         if not isinstance(child, _Task) or child is task:
             raise ProtocolError(f"rank {self.rank} joined {child!r}, which is not another "
                                 "task of this rank (tasks come from Spawn)")
-        if child.joined or child.joiner is not None:
-            raise ProtocolError(f"rank {self.rank} joined its task on channel "
-                                f"{child.channel!r} twice")
         if child.done:
             child.joined = True
             return child.result
-        child.joiner = task
+        child.joiners.append(task)
         return _BLOCKED

@@ -12,6 +12,8 @@ What the file shows (timestamps and durations in microseconds of simulated time)
   the time the link spends putting it on the wire (n / bandwidth), and a counter per link of
   the bytes in flight on it (from the head entering the link to the tail reaching its end).
 * a flow arrow from each send slice to the receive slice that matched it.
+* per rank whose schedule accounts its memory (``Footprint`` ops, as FSDP's does), a
+  counter ``memory`` of the bytes it holds.
 * per spawned task (a DDP bucket's all-reduce, say), a slice on its channel's ``task``
   thread from its ``Spawn`` to its end, named after its generator (``ring_allreduce``).
 
@@ -51,7 +53,8 @@ def chrome_trace(result: SimResult) -> dict[str, Any]:
     threads = _RankThreads(events)
     send_slots: dict[int, tuple[int, int, float]] = {}  # message -> (pid, tid, ts)
     recv_slots: dict[int, tuple[int, int, float]] = {}
-    for event, tid in threads.place(result.trace):
+    spans = [e for e in result.trace if e.kind != "footprint"]
+    for event, tid in threads.place(spans):
         events.append(_slice(event, tid))
         if event.kind == "send":
             send_slots[event.message] = (event.rank, tid, event.start * _US)
@@ -62,6 +65,7 @@ def chrome_trace(result: SimResult) -> dict[str, Any]:
             events.append(_flow("s", message, pid, tid, ts))
             events.append(_flow("f", message, *recv_slots[message]))
     events += _link_events(result, links_pid)
+    events += _memory_counters(result)
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"simulated_time_s": result.time, "messages": result.messages}}
 
@@ -210,4 +214,15 @@ def _link_events(result: SimResult, pid: int) -> list[dict[str, Any]]:
             in_flight += changes[time]
             events.append({"ph": "C", "name": f"bytes in flight {name}", "pid": pid,
                            "tid": tid, "ts": time * _US, "args": {"bytes": in_flight}})
+    return events
+
+
+def _memory_counters(result: SimResult) -> list[dict[str, Any]]:
+    held: defaultdict[int, int] = defaultdict(int)
+    events = []
+    for e in result.trace:  # footprint events are recorded in time order
+        if e.kind == "footprint":
+            held[e.rank] += e.nbytes
+            events.append({"ph": "C", "name": "memory", "pid": e.rank, "tid": 0,
+                           "ts": e.start * _US, "args": {"bytes": held[e.rank]}})
     return events

@@ -42,7 +42,7 @@ from simcomm.sweep import (
     read_bench_csv, read_csv, run_sweep, split_list, write_csv, write_plots,
 )
 from simcomm.topofile import dump_topology
-from simcomm.train_cli import add_ddp_parser, run_ddp
+from simcomm.train_cli import add_ddp_parser, add_fsdp_parser, run_ddp, run_fsdp
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
 from simcomm.units import parse_bandwidth, parse_seconds
 
@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plot_parser(commands)
     add_ddp_parser(commands, _add_topology_arguments)
     commands.choices["ddp"].set_defaults(run=ddp)
+    add_fsdp_parser(commands, _add_topology_arguments)
+    commands.choices["fsdp"].set_defaults(run=fsdp)
     return parser
 
 
@@ -248,6 +250,11 @@ def _flag(parse: Callable[[str], float], flag: str, text: str | None) -> float |
 def ddp(args: argparse.Namespace) -> int:
     """``simcomm ddp``: simulate a DDP step (``simcomm.train_cli``)."""
     return run_ddp(args, _topology_from_args(args))
+
+
+def fsdp(args: argparse.Namespace) -> int:
+    """``simcomm fsdp``: simulate an FSDP step (``simcomm.train_cli``)."""
+    return run_fsdp(args, _topology_from_args(args))
 
 
 # -- topo -------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import numpy as np
 import simpy
 
 from algorithms.ops import (
-    Alloc, Comm, Compute, Copy, Divide, Join, Recv, ReduceOp, Send, Spawn, Wait,
+    Alloc, Comm, Compute, Copy, Divide, Footprint, Join, Recv, ReduceOp, Send, Spawn, Wait,
 )
 from algorithms.reference import combine, divide
 from simcomm.buffers import SizeOnly
@@ -66,8 +66,9 @@ class ProtocolError(SimulationError):
 class TraceEvent(NamedTuple):
     """One span of the op trace. ``kind`` is ``send`` (``rank`` -> ``peer``, issue to
     arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide``,
-    ``compute`` or ``task`` (a spawned task, from its ``Spawn`` to its end; labelled with its
-    generator's name). ``message`` numbers the message a send, receive or reduction belongs to
+    ``compute``, ``task`` (a spawned task, from its ``Spawn`` to its end; labelled with its
+    generator's name) or ``footprint`` (an instant: ``nbytes`` more memory held, or fewer if
+    negative, from ``start`` on). ``message`` numbers the message a send, receive or reduction belongs to
     (in send order, from 0; -1 for local work); ``label`` is the op's."""
 
     kind: str
@@ -205,6 +206,7 @@ class _Simulation:
         self.handlers: dict[type, Callable[[_Task, Any], Any]] = {
             Send: self._send, Recv: self._recv, Wait: self._wait, Compute: self._compute,
             Copy: self._copy, Divide: self._divide, Alloc: self._alloc, Spawn: self._spawn,
+            Footprint: self._footprint,
             Join: self._join,
         }
 
@@ -470,6 +472,12 @@ class _Simulation:
             return np.zeros(op.count, dtype=op.like.dtype)
         return SizeOnly(op.count, op.like.dtype)
 
+    def _footprint(self, task: _Task, op: Footprint) -> None:
+        if self.record:
+            now = self.env.now
+            self.trace.append(TraceEvent("footprint", task.rank, task.channel, now, now,
+                                         nbytes=op.delta, label=op.label))
+
     def _spawn(self, task: _Task, op: Spawn) -> _Task:
         child = self.start(task.rank, op.schedule, op.channel)
         task.children.append(child)
@@ -477,13 +485,11 @@ class _Simulation:
 
     def _join(self, task: _Task, op: Join) -> Any:
         child = op.task
-        # Any task of the rank may join any other (DDP chains its buckets so), once.
+        # Any task of the rank may join any other, any number of times (DDP and FSDP chain
+        # their collectives on a stream so, and FSDP's compute waits on them too).
         if not isinstance(child, _Task) or child is task or child.rank != task.rank:
             raise ProtocolError(f"rank {task.rank} joined {child!r}, which is not another "
                                 "task of this rank (tasks come from Spawn)")
-        if child.joined or child.joiners:
-            raise ProtocolError(f"rank {task.rank} joined its task on channel "
-                                f"{child.channel!r} twice")
         if child.done:
             child.joined = True
             return child.result

@@ -21,7 +21,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 
 from simcomm.engine import SimResult
 from simcomm.sweep import Series
-from simcomm.training import StepReport
+from simcomm.training import FSDPReport, StepReport
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -180,4 +180,25 @@ def bucket_sweep_figure(reports: Sequence[StepReport], title: str = "") -> Figur
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize="small")
     figure.suptitle(title or "DDP bucket cap sweep")
+    return figure
+
+
+def memory_figure(report: FSDPReport, title: str = "") -> Figure:
+    """Memory held (MiB) over the step, on the rank whose footprint peaks highest, with the
+    peak and the footprint without sharding marked."""
+    figure = Figure(figsize=(10, 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    times = [t * 1e3 for t, _ in report.memory] + [report.step * 1e3]
+    held = [b / 2**20 for _, b in report.memory]
+    if held:
+        axes.step(times, held + held[-1:], where="post", label="held")
+    axes.axhline(report.peak_memory / 2**20, color="C1", linestyle="--",
+                 label=f"peak {report.peak_memory / 2**20:.0f} MiB")
+    axes.set_xlabel("time (ms)")
+    axes.set_ylabel("parameters and gradients (MiB)")
+    axes.set_ylim(bottom=0)
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.suptitle(title or "FSDP memory over one step")
     return figure

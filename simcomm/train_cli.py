@@ -1,13 +1,16 @@
-"""``simcomm ddp``: simulate a data-parallel training step of a model on a topology.
+"""``simcomm ddp`` and ``simcomm fsdp``: simulate a training step of a model on a topology.
 
     simcomm ddp --model bert-base --topology dgx-a100
     simcomm ddp --model resnet50 --topology cluster-h100:nodes=2 --compare
     simcomm ddp --model gpt2-small --topology dgx-a100 --sweep-buckets 1MiB,5MiB,25MiB,100MiB
+    simcomm fsdp --model llama-7b --topology cluster-h100:nodes=2 --compare
 
-It prints the step report of ``simcomm.training`` (step time, compute, exposed
+``ddp`` prints the step report of ``simcomm.training`` (step time, compute, exposed
 communication, overlap, per-bucket timings); ``--compare`` adds DDP without overlap and
 DataParallel; ``--sweep-buckets`` runs one step per bucket cap and prints a table (and
-``--plot`` draws it).
+``--plot`` draws it). ``fsdp`` prints the FSDP report (step, exposed communication, bytes
+sent, peak memory); ``--compare`` runs FSDP's prefetch and resharding options side by side
+with DDP, and ``--memory-plot`` draws memory over the step.
 """
 
 from __future__ import annotations
@@ -19,9 +22,13 @@ from collections.abc import Callable
 from algorithms.bench import params_from_items
 from algorithms.catalog import COLLECTIVES
 from algorithms.ddp import DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP
-from algorithms.models import DEFAULT_THROUGHPUT, PRESET_MODELS, preset_model
+from algorithms.fsdp import BACKWARD_POST, BACKWARD_PRE
+from algorithms.models import DEFAULT_THROUGHPUT, PRESET_MODELS, Model, preset_model
 from simcomm.topology import Topology
-from simcomm.training import StepReport, bucket_sweep, simulate_ddp, simulate_dp
+from simcomm.training import (
+    FSDPReport, StepReport, bucket_sweep, no_sharding_memory, simulate_ddp, simulate_dp,
+    simulate_fsdp,
+)
 from simcomm.units import format_bytes, parse_bytes, parse_flops
 
 ALLREDUCES = [name for name, c in COLLECTIVES.items() if c.kind == "allreduce"]
@@ -36,17 +43,7 @@ def add_ddp_parser(commands: argparse._SubParsersAction,
                     "backward, and the gradient all-reduce in buckets overlapped with "
                     "backward, as PyTorch DDP does. Prints step time, compute, exposed "
                     "communication, overlap and per-bucket timings.")
-    parser.add_argument("--model", required=True, metavar="NAME",
-                        help=f"one of {', '.join(PRESET_MODELS)}")
-    parser.add_argument("--batch", type=int, metavar="N",
-                        help="samples per rank (default: the preset's, "
-                             + ", ".join(f"{n} {b}" for n, (_, b, _) in PRESET_MODELS.items())
-                             + ")")
-    parser.add_argument("--throughput", default=f"{DEFAULT_THROUGHPUT / 1e12:g}TFLOPS",
-                        metavar="RATE", help="achieved compute per GPU (default "
-                                             f"{DEFAULT_THROUGHPUT / 1e12:g}TFLOPS)")
-    parser.add_argument("--grad-bytes", type=int, default=4, choices=(2, 4, 8),
-                        help="bytes per gradient element (default 4, float32)")
+    _add_model_arguments(parser)
     parser.add_argument("--bucket-cap", default=format_bytes(DEFAULT_BUCKET_CAP),
                         metavar="SIZE", help="bucket cap (default 25MiB, as bucket_cap_mb)")
     parser.add_argument("--first-bucket-cap", default=format_bytes(FIRST_BUCKET_CAP),
@@ -70,9 +67,31 @@ def add_ddp_parser(commands: argparse._SubParsersAction,
     add_topology_arguments(parser)
 
 
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, metavar="NAME",
+                        help=f"one of {', '.join(PRESET_MODELS)}")
+    parser.add_argument("--batch", type=int, metavar="N",
+                        help="samples per rank (default: the preset's, "
+                             + ", ".join(f"{n} {b}" for n, (_, b, _) in PRESET_MODELS.items())
+                             + ")")
+    parser.add_argument("--throughput", default=f"{DEFAULT_THROUGHPUT / 1e12:g}TFLOPS",
+                        metavar="RATE", help="achieved compute per GPU (default "
+                                             f"{DEFAULT_THROUGHPUT / 1e12:g}TFLOPS)")
+    parser.add_argument("--grad-bytes", type=int, default=4, choices=(2, 4, 8),
+                        help="bytes per parameter and gradient element (default 4, float32)")
+
+
+def _model_from_args(args: argparse.Namespace) -> Model:
+    model = preset_model(args.model, args.batch, parse_flops(args.throughput), args.grad_bytes)
+    print(f"# {model.name}: {model.param_count:,} parameters "
+          f"({model.param_bytes / 2**20:.1f} MiB of gradients), {len(model.layers)} layers; "
+          f"forward {model.forward_seconds * 1e3:.3f} ms, backward "
+          f"{model.backward_seconds * 1e3:.3f} ms per step at {args.throughput}")
+    return model
+
+
 def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
     """Run ``simcomm ddp`` on ``topology``; print the report(s)."""
-    model = preset_model(args.model, args.batch, parse_flops(args.throughput), args.grad_bytes)
     if args.allreduce not in ALLREDUCES:
         raise ValueError(f"--allreduce {args.allreduce!r}: choose one of {', '.join(ALLREDUCES)}")
     collective = COLLECTIVES[args.allreduce]
@@ -81,10 +100,7 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
                **params_from_items(collective, args.param)}
     if args.plot and not args.sweep_buckets:
         raise ValueError("--plot draws the bucket sweep: give --sweep-buckets too")
-    print(f"# {model.name}: {model.param_count:,} parameters "
-          f"({model.param_bytes / 2**20:.1f} MiB of gradients), {len(model.layers)} layers; "
-          f"forward {model.forward_seconds * 1e3:.3f} ms, backward "
-          f"{model.backward_seconds * 1e3:.3f} ms per step at {args.throughput}")
+    model = _model_from_args(args)
     report = simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
                           overlap=not args.no_overlap, trace=args.trace, **options)
     print(report.format())
@@ -128,4 +144,80 @@ def format_sweep(reports: list[StepReport]) -> str:
         lines.append(f"{format_bytes(r.bucket_cap or 0):>10} {len(r.buckets):>8} "
                      f"{r.step * 1e3:>10.3f} {r.exposed * 1e3:>10.3f} {r.overlap:>8.1%} "
                      f" {r.step / best.step:.2f}x{mark}")
+    return "\n".join(lines)
+
+
+def add_fsdp_parser(commands: argparse._SubParsersAction,
+                    add_topology_arguments: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add ``simcomm fsdp`` to the subcommands."""
+    parser = commands.add_parser(
+        "fsdp", help="simulate an FSDP training step of a model",
+        description="Simulate one FSDP training step of a preset model, one unit per layer: "
+                    "all-gather each unit before its forward and backward, reduce-scatter "
+                    "its gradients after. Prints step time, exposed communication, bytes "
+                    "sent and peak memory (parameters and gradients).")
+    _add_model_arguments(parser)
+    parser.add_argument("--forward-prefetch", action="store_true",
+                        help="all-gather the next unit before the current forward")
+    parser.add_argument("--backward-prefetch", default=BACKWARD_PRE,
+                        choices=(BACKWARD_PRE, BACKWARD_POST, "none"),
+                        help="all-gather the next unit before (pre, the default) or after "
+                             "(post) the current backward, or only when needed (none)")
+    parser.add_argument("--limit-all-gathers", type=int, default=2, metavar="N",
+                        help="all-gathers issued ahead of compute at most (default 2)")
+    parser.add_argument("--no-reshard-after-forward", action="store_true",
+                        help="keep the gathered parameters from forward to backward")
+    parser.add_argument("--compare", action="store_true",
+                        help="run the prefetch and resharding options and DDP side by side")
+    parser.add_argument("--memory-plot", metavar="FILE.png",
+                        help="draw each rank's memory over the step")
+    parser.add_argument("--trace", metavar="FILE.json",
+                        help="write the step as a Chrome trace-event file (Perfetto)")
+    add_topology_arguments(parser)
+
+
+def run_fsdp(args: argparse.Namespace, topology: Topology) -> int:
+    """Run ``simcomm fsdp`` on ``topology``; print the report(s)."""
+    model = _model_from_args(args)
+    options = {"forward_prefetch": args.forward_prefetch,
+               "backward_prefetch": None if args.backward_prefetch == "none"
+               else args.backward_prefetch,
+               "limit_all_gathers": args.limit_all_gathers,
+               "reshard_after_forward": not args.no_reshard_after_forward}
+    report = simulate_fsdp(model, topology, trace=args.trace, **options)
+    print(report.format())
+    print(f"  (without sharding: {no_sharding_memory(model) / 2**20:.1f} MiB)")
+    if args.compare:
+        variants = {
+            "fsdp": {},
+            "fsdp, forward prefetch": {"forward_prefetch": True},
+            "fsdp, backward post": {"backward_prefetch": BACKWARD_POST},
+            "fsdp, no prefetch": {"backward_prefetch": None},
+            "fsdp, no reshard": {"reshard_after_forward": False},
+        }
+        reports = {name: simulate_fsdp(model, topology, **kwargs)
+                   for name, kwargs in variants.items()}
+        print()
+        print(format_fsdp_comparison(reports, simulate_ddp(model, topology), model))
+    if args.memory_plot:
+        from simcomm.plots import memory_figure, save_png  # needs matplotlib
+
+        save_png(memory_figure(report, f"FSDP {model.name} on {topology.name}"),
+                 args.memory_plot)
+        print(f"# wrote {args.memory_plot}", file=sys.stderr)
+    return 0
+
+
+def format_fsdp_comparison(reports: dict[str, FSDPReport], ddp: StepReport, model: Model
+                           ) -> str:
+    """FSDP variants and DDP: step, exposed communication, bytes sent and peak memory."""
+    ddp_sent = sum(e.nbytes for e in ddp.result.trace if e.kind == "send" and e.rank == 0)
+    lines = [f"{'schedule':<24} {'step (ms)':>10} {'exposed':>10} {'sent (MiB)':>11} "
+             f"{'vs DDP':>7} {'peak (MiB)':>11}"]
+    rows = [(name, r.step, r.exposed, r.sent_bytes, r.peak_memory) for name, r in reports.items()]
+    rows.append(("ddp (no sharding)", ddp.step, ddp.exposed, ddp_sent, no_sharding_memory(model)))
+    for name, step, exposed, sent, peak in rows:
+        ratio = f"{sent / ddp_sent:.2f}x" if ddp_sent else "-"
+        lines.append(f"{name:<24} {step * 1e3:>10.3f} {exposed * 1e3:>10.3f} "
+                     f"{sent / 2**20:>11.1f} {ratio:>7} {peak / 2**20:>11.1f}")
     return "\n".join(lines)

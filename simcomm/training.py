@@ -1,4 +1,5 @@
-"""Simulated training steps: DDP with and without overlap, DataParallel, and bucket sweeps.
+"""Simulated training steps: DDP with and without overlap, DataParallel, bucket sweeps, and
+FSDP with its memory over time.
 
 Each function runs a schedule of ``algorithms.ddp`` on size-only buffers (so a 7B model
 allocates nothing) and reports what users ask of a step: how long it takes, how much of it
@@ -29,6 +30,7 @@ from algorithms.ddp import (
     DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP, assign_buckets, bucket_channel, ddp_step, dp_step,
     gradient_order,
 )
+from algorithms.fsdp import BACKWARD_PRE, fsdp_step, padded_size
 from algorithms.models import Model
 from simcomm.buffers import SizeOnly
 from simcomm.engine import SimResult, simulate
@@ -188,3 +190,90 @@ def _compute_time(result: SimResult, rank: int) -> float:
 def _backward_ends(result: SimResult, rank: int) -> dict[str, float]:
     return {e.label.removeprefix("backward "): e.end for e in result.trace
             if e.kind == "compute" and e.rank == rank and e.label.startswith("backward ")}
+
+
+@dataclass(frozen=True)
+class FSDPReport:
+    """One simulated FSDP step: times as ``StepReport`` (``comm`` is the time during which
+    an all-gather or a reduce-scatter runs), the bytes one rank sent, and memory (bytes) on
+    the rank whose footprint peaks highest: ``memory`` is its footprint after each change,
+    as (seconds, bytes)."""
+
+    model: str
+    ranks: int
+    options: dict[str, Any]
+    step: float
+    compute: float
+    comm: float
+    exposed: float
+    overlap: float
+    sent_bytes: int
+    peak_memory: int
+    memory: tuple[tuple[float, int], ...]
+    result: SimResult = field(repr=False, compare=False)
+
+    def format(self) -> str:
+        """The report as text (times in milliseconds, memory in MiB)."""
+        ms = lambda seconds: f"{seconds * 1e3:.3f} ms"  # noqa: E731
+        options = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        return "\n".join([
+            f"fsdp: {self.model} on {self.ranks} ranks ({options})",
+            f"  step      {ms(self.step)}",
+            f"  compute   {ms(self.compute)}",
+            f"  comm      {ms(self.comm)}",
+            f"  exposed   {ms(self.exposed)}",
+            f"  overlap   {self.overlap:.1%} of comm hidden behind compute",
+            f"  sent      {self.sent_bytes / 2**20:.1f} MiB per rank",
+            f"  peak      {self.peak_memory / 2**20:.1f} MiB of parameters and gradients"])
+
+
+def no_sharding_memory(model: Model) -> int:
+    """Bytes a rank holds without sharding: every parameter and every gradient."""
+    return 2 * model.param_bytes
+
+
+def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = False,
+                  backward_prefetch: str | None = BACKWARD_PRE, limit_all_gathers: int = 2,
+                  reshard_after_forward: bool = True, trace: Any = None) -> FSDPReport:
+    """Simulate one FSDP step of ``model`` (one unit per layer) on ``topology``."""
+    p = topology.size
+    dtype = _grad_dtype(model)
+    flat = [SizeOnly(padded_size(layer.param_count, p), dtype) for layer in model.layers]
+    shards = [SizeOnly(len(buf) // p, dtype) for buf in flat]
+    options = {"forward_prefetch": forward_prefetch, "backward_prefetch": backward_prefetch,
+               "limit_all_gathers": limit_all_gathers,
+               "reshard_after_forward": reshard_after_forward}
+    result = simulate(_fsdp_rank, [SizeOnly(0, dtype)] * p, topology, trace=trace,
+                      model=model, flat=flat, shards=shards, options=options)
+    rank = int(np.argmax(result.finish_times))
+    compute = _compute_time(result, rank)
+    streams: dict[str, list[tuple[float, float]]] = {"all-gather": [], "reduce-scatter": []}
+    for e in sorted(result.trace, key=lambda e: e.start):
+        if e.kind == "task" and e.rank == rank:
+            spans = streams[str(e.channel).rsplit(" ", 1)[0]]
+            # Queued at its Spawn; running once the stream's previous task was done.
+            spans.append((max(e.start, spans[-1][1]) if spans else e.start, e.end))
+    comm = covered_time(streams["all-gather"] + streams["reduce-scatter"])
+    exposed = max(0.0, result.time - compute)
+    memories = [_memory_over_time(result, r) for r in range(p)]
+    peaks = [max((b for _, b in m), default=0) for m in memories]
+    top = int(np.argmax(peaks))
+    sent = sum(e.nbytes for e in result.trace if e.kind == "send" and e.rank == rank)
+    return FSDPReport(model.name, p, options, float(result.time), compute, comm, exposed,
+                      min(1.0, max(0.0, 1.0 - exposed / comm)) if comm > 0 else 0.0, sent,
+                      peaks[top], tuple(memories[top]), result)
+
+
+def _fsdp_rank(comm: Any, _unused: Any, model: Model, flat: list[SizeOnly],
+               shards: list[SizeOnly], options: dict[str, Any]) -> Schedule:
+    # Size-only buffers are immutable: one list serves as parameters and gradients alike.
+    return fsdp_step(comm, model, shards, flat, flat, shards, **options)
+
+
+def _memory_over_time(result: SimResult, rank: int) -> list[tuple[float, int]]:
+    held, points = 0, []
+    for e in result.trace:  # footprint events are recorded in time order
+        if e.kind == "footprint" and e.rank == rank:
+            held += e.nbytes
+            points.append((float(e.start), held))
+    return points

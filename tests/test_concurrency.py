@@ -128,3 +128,28 @@ def test_join_returns_the_task_result_and_frees_its_channel() -> None:
     expected = np.arange(9) * 6
     for buckets in result.results:
         np.testing.assert_array_equal(np.concatenate(buckets), expected)
+
+
+def test_a_task_may_be_joined_by_a_sibling_and_again_by_its_spawner() -> None:
+    # A stream of collectives: the second waits for the first, and the spawner waits for
+    # both; the first is joined twice and gives its result each time.
+    def after(previous, schedule):
+        first = yield Join(previous)
+        return first, (yield from schedule)
+
+    def chained(comm, x):
+        halves = split_even(x, 2)
+        first = yield Spawn(ring_allreduce(comm, halves[0]), "a")
+        second = yield Spawn(after(first, ring_allreduce(comm, halves[1])), "b")
+        yield Compute(1e-6, "meanwhile")
+        seen_by_sibling, _ = yield Join(second)
+        seen_by_spawner = yield Join(first)
+        return seen_by_sibling is seen_by_spawner is halves[0]
+
+    inputs = [np.arange(8) * (r + 1) for r in range(4)]
+    result = simulate(chained, inputs, ring(4, 1e9, 1e-6))
+    assert result.results == [True] * 4
+    tasks = sorted((e.channel, e.start, e.end) for e in result.trace
+                   if e.kind == "task" and e.rank == 0)
+    (_, _, first_end), (_, _, second_end) = tasks
+    assert second_end > first_end

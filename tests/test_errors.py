@@ -183,12 +183,6 @@ def join_a_handle(comm, x):
         yield Wait((yield Recv(1, x)))
 
 
-def join_twice(comm, x):
-    task = yield Spawn(idle(comm, x), 1)
-    yield Join(task)
-    yield Join(task)
-
-
 def return_without_join(comm, x):
     yield Spawn(idle(comm, x), 1)
 
@@ -230,7 +224,6 @@ PROTOCOL_ERRORS = [
     (spawn_on_busy_channel, r"rank 0 spawned a task on channel 1, which a live task"),
     (join_not_a_task, r"rank 0 joined 42, which is not another task of this rank"),
     (join_a_handle, r"rank 1 joined .*, which is not another task of this rank"),
-    (join_twice, r"rank 0 joined its task on channel 1 twice"),
     (return_without_join, r"rank 0 \(channel 0\) returned without joining its tasks on "
                           r"channels \[1\]"),
     (wait_on_a_task, r"rank 0 waited on .*, which is not a Send or Recv handle"),

@@ -1,0 +1,173 @@
+"""FSDP on a real ``torch.nn.Sequential`` over realcomm, driven by the very schedule the
+simulator runs (``algorithms.fsdp.fsdp_step``).
+
+Each child of the sequential is a unit. Its parameters are flattened and padded to a
+multiple of the world size; this rank keeps one shard of them as an ``nn.Parameter`` (what
+the optimizer updates). The module's own parameters become views into the unit's gathered
+buffer, which the schedule's all-gathers fill from every rank's shard before the unit's
+forward and backward. The schedule's ``Compute`` ops carry the real work: the forward of one
+unit, and the backward of one unit from the gradient of its output, so that backward runs
+unit by unit in the order the schedule says; each unit's gradients land in its flat
+gradient buffer, which the schedule reduce-scatters (averaging) into the shard's gradient.
+
+    model = FullyShardedSequential(torch.nn.Sequential(...))   # collective: all ranks
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)    # the shards
+    for inputs, targets in batches:
+        loss = model.train_step(inputs, targets, loss_fn)      # forward and backward
+        optimizer.step(); optimizer.zero_grad()
+
+What it does not do: free memory. The gathered buffers stay allocated between uses (freeing
+them under autograd needs FSDP's storage tricks); the schedule's ``Footprint`` accounting is
+the simulator's business. Activations are kept unit by unit, as without FSDP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from algorithms.collectives import Schedule, all_gather, broadcast
+from algorithms.fsdp import BACKWARD_PRE, fsdp_channels, fsdp_step, padded_size
+from algorithms.models import Layer, Model
+from realcomm.driver import DEFAULT_TIMEOUT, Driver
+
+
+class FullyShardedSequential:
+    """A ``torch.nn.Sequential`` trained with FSDP's schedule over the driver's ranks.
+
+    Constructing it is collective over the default process group: it makes a driver with
+    a channel per collective of the schedule and broadcasts rank 0's parameters.
+    """
+
+    def __init__(self, module: torch.nn.Sequential, *, forward_prefetch: bool = False,
+                 backward_prefetch: str | None = BACKWARD_PRE, limit_all_gathers: int = 2,
+                 reshard_after_forward: bool = True, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.units = list(module.children())
+        if not self.units:
+            raise ValueError("the module has no children to take as units")
+        params = [p for unit in self.units for p in unit.parameters()]
+        if len({(p.dtype, p.device) for p in params}) > 1:
+            raise ValueError("all parameters must share one dtype and device")
+        self.module = module
+        self.driver = Driver(channels=fsdp_channels(len(self.units)), timeout=timeout)
+        p, r = self.driver.comm.size, self.driver.comm.rank
+        like = params[0] if params else torch.empty(0)
+        self.options = {"forward_prefetch": forward_prefetch,
+                        "backward_prefetch": backward_prefetch,
+                        "limit_all_gathers": limit_all_gathers,
+                        "reshard_after_forward": reshard_after_forward}
+        self.gathered, self.grads, self.shards = [], [], []
+        for unit in self.units:
+            count = sum(q.numel() for q in unit.parameters())
+            flat = torch.zeros(padded_size(count, p), dtype=like.dtype, device=like.device)
+            with torch.no_grad():
+                _pack(unit, flat)
+                self.driver.run(broadcast, flat, root=0)  # every replica starts as rank 0's
+                _unpack(unit, flat)
+            chunk = len(flat) // p
+            shard = torch.nn.Parameter(flat[r * chunk:(r + 1) * chunk].clone())
+            shard.grad = torch.zeros_like(shard)
+            self.shards.append(shard)
+            self.gathered.append(flat)
+            self.grads.append(torch.zeros_like(flat))
+            _view_parameters(unit, flat)
+        self.model = Model(type(module).__name__, tuple(
+            Layer(str(i), tuple(q.numel() for q in unit.parameters()), 0.0, 0.0)
+            for i, unit in enumerate(self.units)), grad_bytes=like.element_size())
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """This rank's shards, one per unit: what the optimizer updates."""
+        return self.shards
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor,
+                   loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> float:
+        """Forward and backward on this rank's batch; the shards' ``.grad`` then hold the
+        gradients averaged over the ranks. Returns this rank's loss."""
+        for shard in self.shards:  # optimizer.zero_grad() may have set them to None
+            if shard.grad is None:
+                shard.grad = torch.zeros_like(shard)
+        activations: list[torch.Tensor] = [inputs]
+        unit_inputs: list[torch.Tensor] = []
+        loss: list[torch.Tensor] = []
+        last = len(self.units) - 1
+
+        def forward(i: int) -> None:
+            x = activations[i].detach()
+            if i > 0 and x.is_floating_point():  # its gradient feeds the unit before
+                x.requires_grad_(True)
+            unit_inputs.append(x)
+            out = self.units[i](x)
+            activations.append(out)
+            if i == last:
+                loss.append(loss_fn(out, targets))
+
+        def backward(i: int) -> None:
+            unit = self.units[i]
+            for q in unit.parameters():
+                q.grad = None
+            if i == last:
+                loss[0].backward()
+            else:
+                activations[i + 1].backward(unit_inputs[i + 1].grad)
+            with torch.no_grad():
+                self.grads[i].zero_()
+                _pack(unit, self.grads[i], grads=True)
+
+        self.driver.run(_fsdp_rank, torch.empty(0), check_args=False, model=self.model,
+                        shards=[s.detach() for s in self.shards], gathered=self.gathered,
+                        grads=self.grads, shard_grads=[s.grad for s in self.shards],
+                        forward_work=[_bind(forward, i) for i in range(len(self.units))],
+                        backward_work=[_bind(backward, i) for i in range(len(self.units))],
+                        options=self.options)
+        return float(loss[0].detach())
+
+    def full_parameters(self) -> list[torch.Tensor]:
+        """Every unit's parameters, gathered from the current shards (collective)."""
+        out = []
+        p, r = self.driver.comm.size, self.driver.comm.rank
+        for unit, shard, flat in zip(self.units, self.shards, self.gathered):
+            full = torch.empty_like(flat)
+            chunk = len(flat) // p
+            full[r * chunk:(r + 1) * chunk] = shard.detach()
+            self.driver.run(all_gather, full)
+            start = 0
+            for q in unit.parameters():
+                out.append(full[start:start + q.numel()].view_as(q).clone())
+                start += q.numel()
+        return out
+
+
+def _fsdp_rank(comm: Any, _unused: Any, model: Model, options: dict[str, Any],
+               **buffers: Any) -> Schedule:
+    return fsdp_step(comm, model, **buffers, **options)
+
+
+def _bind(fn: Callable[[int], None], i: int) -> Callable[[], None]:
+    return lambda: fn(i)
+
+
+def _pack(unit: torch.nn.Module, flat: torch.Tensor, grads: bool = False) -> None:
+    start = 0
+    for q in unit.parameters():
+        source = q.grad if grads else q
+        if source is not None:
+            flat[start:start + q.numel()].copy_(source.reshape(-1))
+        start += q.numel()
+
+
+def _unpack(unit: torch.nn.Module, flat: torch.Tensor) -> None:
+    start = 0
+    for q in unit.parameters():
+        q.copy_(flat[start:start + q.numel()].view_as(q))
+        start += q.numel()
+
+
+def _view_parameters(unit: torch.nn.Module, flat: torch.Tensor) -> None:
+    # From now on the module's parameters are views into the gathered buffer, so whatever
+    # the all-gathers write there is what forward and backward use.
+    start = 0
+    for q in unit.parameters():
+        q.data = flat[start:start + q.numel()].view_as(q)
+        start += q.numel()
