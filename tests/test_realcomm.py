@@ -494,7 +494,9 @@ def test_a_rank_that_exits_early_makes_the_others_raise() -> None:
         kind, waited, text = results[rank]
         assert kind in ("PeerError", "PeerTimeoutError")
         assert waited < timeout + 1
-        assert re.search(rf"rank {rank} gave up on its (Send to|Recv from) rank [0-2] ", text)
+        # While waiting on its op, or already when posting it, if the peer is gone by then.
+        assert re.search(rf"rank {rank} gave up on (its|posting) (Send to|Recv from) rank [0-2] ",
+                         text), text
 
 
 def test_a_silent_peer_times_out_naming_it() -> None:
