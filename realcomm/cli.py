@@ -22,7 +22,10 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from algorithms.bench import BenchRow, add_bench_arguments, config_from_args, format_rows, parse_size
+from algorithms.bench import (
+    BenchRow, add_bench_arguments, config_from_args, format_rows, parse_size, parse_sizes,
+)
+from realcomm.calibrate import DEFAULT_SIZES, Calibration, measure
 from realcomm.bench import BASELINES, ITERS, NATIVE_NAMES, WARMUP_ITERS, RunOptions, bench_rank
 from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, RealcommError
 from realcomm.launch import backend_for, default_device, in_launcher_env, init_from_env, spawn
@@ -62,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "torch.distributed.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_bench_parser(commands)
+    _add_calibrate_parser(commands)
     return parser
 
 
@@ -170,3 +174,69 @@ def _device_from_args(args: argparse.Namespace, default: torch.device) -> torch.
     if args.backend == "nccl" and device.type != "cuda":
         raise ValueError("--backend nccl needs CUDA tensors: give --device cuda")
     return device
+
+
+# -- calibrate --------------------------------------------------------------------------
+
+def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "calibrate", help="measure this machine and write a topology file for simcomm",
+        description="Measure point-to-point exchanges, one-way messages, concurrent sends "
+                    "and local reductions through the realcomm driver, fit the simulator's "
+                    "alpha-beta model by least squares, print the fit and write a topology "
+                    "file that simcomm loads. Start it under torchrun, or give --nprocs.")
+    parser.add_argument("--nprocs", type=int, metavar="N",
+                        help="spawn N local processes (not under torchrun); at least 2")
+    parser.add_argument("--out", required=True, metavar="FILE.toml",
+                        help="where to write the fitted topology")
+    parser.add_argument("--sizes", metavar="LIST",
+                        help="message sizes, multiples of 4 bytes (default 16B to 64MiB, x4)")
+    parser.add_argument("-n", "--iters", type=int, default=20, metavar="N",
+                        help="timed runs per size, back to back as realcomm bench times them "
+                             "(default 20)")
+    parser.add_argument("--device", choices=("cpu", "cuda"),
+                        help="default: cpu with --nprocs, else cuda if there is one")
+    parser.add_argument("--backend", choices=("gloo", "nccl"),
+                        help="default: nccl for cuda, gloo for cpu")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"give up on a silent peer after this long (default "
+                             f"{DEFAULT_TIMEOUT:g})")
+    parser.set_defaults(run=calibrate)
+
+
+def calibrate(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``realcomm calibrate``: measure, fit, print, write the topology file."""
+    sizes = parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES
+    if args.iters < 1:
+        raise ValueError(f"--iters must be >= 1, got {args.iters}")
+    if args.nprocs is not None:
+        if args.nprocs < 2:
+            raise ValueError(f"--nprocs must be >= 2 to measure links, got {args.nprocs}")
+        if in_launcher_env():
+            raise ValueError("--nprocs spawns processes itself: do not give it under torchrun")
+        device = _device_from_args(args, torch.device("cpu"))
+        result = spawn(measure, args.nprocs, (tuple(sizes), args.iters, 2, str(device)),
+                       device=device, backend=args.backend, timeout=args.timeout)[0]
+    else:
+        if not in_launcher_env():
+            raise ValueError("no torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, "
+                             "MASTER_PORT): start under torchrun, or give --nprocs N")
+        device = init_from_env(_device_from_args(args, default_device()), args.backend,
+                               args.timeout)
+        try:
+            result = measure(sizes, args.iters, 2, device)
+            dist.barrier()
+        finally:
+            rank = dist.get_rank()
+            dist.destroy_process_group()
+        if rank != 0:
+            return 0
+    _report_calibration(result, args.out)
+    return 0
+
+
+def _report_calibration(result: Calibration, path: str) -> None:
+    print(result.format())
+    with open(path, "w", encoding="utf-8") as stream:
+        stream.write(result.topology_toml())
+    print(f"wrote {path} (simcomm topo show {path})")

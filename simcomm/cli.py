@@ -42,6 +42,7 @@ from simcomm.sweep import (
     read_bench_csv, read_csv, run_sweep, split_list, write_csv, write_plots,
 )
 from simcomm.topofile import dump_topology
+from simcomm.validate import compare, format_validation, validation_series
 from simcomm.train_cli import add_ddp_parser, add_fsdp_parser, run_ddp, run_fsdp
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
 from simcomm.units import parse_bandwidth, parse_seconds
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.choices["ddp"].set_defaults(run=ddp)
     add_fsdp_parser(commands, _add_topology_arguments)
     commands.choices["fsdp"].set_defaults(run=fsdp)
+    _add_validate_parser(commands)
     return parser
 
 
@@ -255,6 +257,45 @@ def ddp(args: argparse.Namespace) -> int:
 def fsdp(args: argparse.Namespace) -> int:
     """``simcomm fsdp``: simulate an FSDP step (``simcomm.train_cli``)."""
     return run_fsdp(args, _topology_from_args(args))
+
+
+# -- validate ---------------------------------------------------------------------------
+
+def _add_validate_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "validate", help="simulated against measured times, with the error",
+        description="For each row of measured bench CSVs (realcomm bench --format csv), "
+                    "simulate the same collective and size on a topology (e.g. one that "
+                    "realcomm calibrate wrote) and print both times, the error, and per "
+                    "collective the median, geometric-mean and largest absolute error.")
+    parser.add_argument("--topology", required=True, metavar="PRESET|FILE",
+                        help="a preset or a topology file (.toml)")
+    parser.add_argument("--measured", action="append", required=True, metavar="ALGO=FILE",
+                        help="an algorithm (NAME or NAME:key=value) and its measured CSV "
+                             "(repeatable)")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="draw simulated and measured time against size")
+    parser.set_defaults(run=validate)
+
+
+def validate(args: argparse.Namespace) -> int:
+    """``simcomm validate``: print the comparison and the summary; draw it if asked."""
+    topology = load_named_topology(args.topology)
+    comparisons = []
+    for item in args.measured:
+        algorithm, sep, path = item.partition("=")
+        if not sep or not algorithm.strip() or not path.strip():
+            raise ValueError(f"--measured {item!r}: write ALGORITHM=FILE")
+        comparisons += compare(topology, algorithm.strip(), path.strip())
+    print(format_validation(comparisons))
+    if args.plot:
+        from simcomm.plots import save_png, sweep_figure  # needs matplotlib
+
+        simulated, measured = validation_series(comparisons)
+        save_png(sweep_figure(f"simulated (lines) and measured (crosses) on {topology.name}",
+                              simulated, measured), args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
 
 
 # -- topo -------------------------------------------------------------------------------

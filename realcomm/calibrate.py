@@ -1,0 +1,287 @@
+"""Measure what the simulator's cost model needs on the machine at hand, fit it, and write a
+topology file that ``simcomm`` loads.
+
+The model (``simcomm.engine``): a message of n bytes costs alpha + n / B on its link, and a
+receive that reduces costs n / R more on the receiver. Measured here, each through the
+realcomm driver, so that the driver's own cost per step is part of what is fitted:
+
+* exchange: two ranks send each other n bytes at once and wait for both, the step of a
+  ring on two ranks (and of every pairwise exchange); fitted as alpha + n / B by least
+  squares on relative error, so that bytes and tens of MiB weigh alike;
+* ping-pong and stream (one way, back to back): reported beside it, to show whether the
+  links are full-duplex (an exchange as fast as a one-way message) and how far pipelining
+  gets;
+* concurrent sends: rank 0 sends n bytes to two peers at once, against one peer (world size
+  3 or more): whether a rank's sends share its bandwidth;
+* local reduction: ``add_`` of n bytes into n bytes on the tensor's device; fitted as
+  n / R plus a fixed cost.
+
+The fitted topology is ``fully_connected`` over the world's ranks: every pair of ranks has
+its own link each way with the exchange's alpha and B, and every rank the reduction rate R.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from algorithms.collectives import Schedule
+from algorithms.ops import Comm, Recv, Send, Wait
+from realcomm.driver import Driver
+
+BURST = 8  # messages per stream measurement
+# An exchange this much slower than a one-way message means the two directions share one
+# medium. Measured on a 2-core machine with gloo over loopback: 1.98 to 2.4 from 1 MiB up.
+SHARED_MEDIUM_RATIO = 1.4
+
+
+@dataclass(frozen=True)
+class Fit:
+    """t(n) = fixed + n / rate, and how well it holds: the median and largest relative
+    error of the fit over the measured sizes."""
+
+    fixed: float  # seconds
+    rate: float  # bytes/second
+    median_error: float
+    max_error: float
+
+    def predict(self, nbytes: float) -> float:
+        """Seconds for ``nbytes``."""
+        return self.fixed + nbytes / self.rate
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything measured (seconds per size in bytes) and the fits."""
+
+    world_size: int
+    device: str
+    sizes: tuple[int, ...]
+    exchange: tuple[float, ...]
+    pingpong: tuple[float, ...]  # one way: half a round trip
+    stream: tuple[float, ...]  # per message, back to back, one way
+    reduction: tuple[float, ...]
+    concurrent_ratio: float | None  # time to two peers at once / to one, at the largest size
+    link: Fit
+    reduce: Fit
+
+    @property
+    def duplex_ratio(self) -> float:
+        """Exchange time over one-way time (median over sizes from 1 MiB): about 1 when the
+        two directions do not slow each other (full-duplex links), about 2 when they share
+        one medium."""
+        ratios = [e / p for n, e, p in zip(self.sizes, self.exchange, self.pingpong)
+                  if n >= 2**20] or [e / p for e, p in zip(self.exchange, self.pingpong)]
+        return statistics.median(ratios)
+
+    @property
+    def shared_medium(self) -> bool:
+        """Whether the measurements call for one shared medium rather than a link per pair
+        and direction (the exchange takes well over a one-way message)."""
+        return self.duplex_ratio > SHARED_MEDIUM_RATIO
+
+    def topology_toml(self, name: str = "calibrated") -> str:
+        """The fitted model as a topology file. Full-duplex: ``fully_connected`` with the
+        exchange's alpha and B. Shared medium: every rank's messages cross one link,
+        ``bus.in -> bus.out``, which serves one message at a time at 2B (an exchange of two
+        messages then takes alpha + 2n / 2B, as measured)."""
+        alpha = max(self.link.fixed, 0.0)
+        lines = [
+            f"# {name}: fitted by realcomm calibrate on {self.world_size} ranks ({self.device})",
+            f"# exchange fit: alpha + n/B, median error {self.link.median_error:.1%}, "
+            f"largest {self.link.max_error:.1%}; exchange / one-way {self.duplex_ratio:.2f}",
+            f"# reduction fit: n/R, median error {self.reduce.median_error:.1%}, "
+            f"largest {self.reduce.max_error:.1%}",
+            f'name = "{name}"']
+        if not self.shared_medium:
+            return "\n".join(lines + [
+                'kind = "fully_connected"', f"ranks = {self.world_size}",
+                f'bandwidth = "{self.link.rate:.6g}B/s"', f'latency = "{alpha:.6g}s"',
+                f'reduce_bandwidth = "{self.reduce.rate:.6g}B/s"', ""])
+        return "\n".join(lines + [
+            f"gpus = {self.world_size}",
+            'switches = ["bus.in", "bus.out"]',
+            "",
+            "[defaults]",
+            f'reduce_bandwidth = "{self.reduce.rate:.6g}B/s"',
+            'bandwidth = "inf"',
+            'latency = "0s"',
+            "duplex = false",
+            "",
+            "[[link]]",
+            f"src = [{', '.join(f'{chr(34)}gpu{r}{chr(34)}' for r in range(self.world_size))}]",
+            'dst = "bus.in"',
+            "",
+            "[[link]]  # the shared medium: one message at a time, either direction",
+            'src = "bus.in"',
+            'dst = "bus.out"',
+            f'bandwidth = "{2 * self.link.rate:.6g}B/s"',
+            f'latency = "{alpha:.6g}s"',
+            "",
+            "[[link]]",
+            'src = "bus.out"',
+            f"dst = [{', '.join(f'{chr(34)}gpu{r}{chr(34)}' for r in range(self.world_size))}]",
+            ""])
+
+    def format(self) -> str:
+        """The measurements and fits as a table."""
+        lines = [f"{'size (B)':>10} {'exchange':>10} {'fit':>10} {'ping-pong':>10} "
+                 f"{'stream':>10} {'reduce':>10} {'fit':>10}   (microseconds)"]
+        for i, n in enumerate(self.sizes):
+            lines.append(f"{n:>10} {self.exchange[i] * 1e6:>10.1f} "
+                         f"{self.link.predict(n) * 1e6:>10.1f} {self.pingpong[i] * 1e6:>10.1f} "
+                         f"{self.stream[i] * 1e6:>10.1f} {self.reduction[i] * 1e6:>10.1f} "
+                         f"{self.reduce.predict(n) * 1e6:>10.1f}")
+        lines.append(f"link: alpha {self.link.fixed * 1e6:.2f} us, B {self.link.rate / 1e9:.3f} "
+                     f"GB/s; fit error median {self.link.median_error:.1%}, largest "
+                     f"{self.link.max_error:.1%}")
+        lines.append(f"reduction: R {self.reduce.rate / 1e9:.3f} GB/s (plus "
+                     f"{self.reduce.fixed * 1e6:.2f} us a call, not modelled); fit error median "
+                     f"{self.reduce.median_error:.1%}, largest {self.reduce.max_error:.1%}")
+        medium = ("one shared medium: the topology routes every message over one link"
+                  if self.shared_medium else "full-duplex links: fully_connected")
+        lines.append(f"exchange / one-way ping-pong from 1 MiB: {self.duplex_ratio:.2f} "
+                     f"(1 = full-duplex, 2 = shared) -> {medium}")
+        if self.concurrent_ratio is not None:
+            lines.append(f"two peers at once / one peer, largest size: "
+                         f"{self.concurrent_ratio:.2f} (1 = independent links, 2 = shared)")
+        return "\n".join(lines)
+
+
+def fit_line(sizes: Sequence[int], seconds: Sequence[float]) -> Fit:
+    """Least squares of t = fixed + n / rate on relative error (each point weighted by
+    1 / t), so that small and large sizes count alike. ``fixed`` may come out slightly
+    negative when it is lost in the noise; ``rate`` must come out positive."""
+    w = [1.0 / t for t in seconds]
+    # Minimise sum((w_i (a + b n_i - t_i))^2) over a, b: the 2x2 normal equations.
+    s_ww = sum(x * x for x in w)
+    s_wwn = sum(x * x * n for x, n in zip(w, sizes))
+    s_wwnn = sum(x * x * n * n for x, n in zip(w, sizes))
+    s_wwt = sum(x * x * t for x, t in zip(w, seconds))
+    s_wwnt = sum(x * x * n * t for x, n, t in zip(w, sizes, seconds))
+    det = s_ww * s_wwnn - s_wwn * s_wwn
+    if det <= 0:
+        raise ValueError("a fit needs at least two different sizes")
+    a = (s_wwt * s_wwnn - s_wwn * s_wwnt) / det
+    b = (s_ww * s_wwnt - s_wwn * s_wwt) / det
+    if not b > 0:
+        raise ValueError(f"the measured times do not grow with size (slope {b!r}): too noisy "
+                         "to fit; measure more iterations or larger sizes")
+    errors = [abs(a + b * n - t) / t for n, t in zip(sizes, seconds)]
+    return Fit(a, 1.0 / b, statistics.median(errors), max(errors))
+
+
+def _exchange(comm: Comm, x: torch.Tensor, peer: int, out: torch.Tensor) -> Schedule:
+    sent = yield Send(peer, x)
+    received = yield Recv(peer, out)
+    yield Wait(sent, received)
+
+
+def _one_way(comm: Comm, x: torch.Tensor, src: int, dst: int, out: Sequence[torch.Tensor]
+             ) -> Schedule:
+    # One message of x from src to dst per buffer of ``out``, all posted at once.
+    handles = []
+    for buf in out:
+        if comm.rank == src:
+            handles.append((yield Send(dst, x)))
+        elif comm.rank == dst:
+            handles.append((yield Recv(src, buf)))
+    if handles:
+        yield Wait(*handles)
+
+
+def _fan_out(comm: Comm, x: torch.Tensor, peers: Sequence[int]) -> Schedule:
+    handles = []
+    if comm.rank == 0:
+        for peer in peers:
+            handles.append((yield Send(peer, x)))
+    elif comm.rank in peers:
+        handles.append((yield Recv(0, x)))
+    if handles:
+        yield Wait(*handles)
+
+
+def _timed(run: Callable[[], Any], iters: int, warmup: int) -> float:
+    """Seconds per run, timed as ``realcomm bench`` and nccl-tests time: after ``warmup``
+    runs and a barrier, ``iters`` runs back to back, their elapsed time over ``iters``, the
+    slowest rank's. A mean, not a median: on a busy machine the time has a long tail (a
+    rank woken late), and the collectives it is to predict are timed the same way."""
+    for _ in range(warmup):
+        run()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        run()
+    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return float(elapsed)
+
+
+def measure(sizes: Sequence[int], iters: int = 20, warmup: int = 2,
+            device: torch.device | str = "cpu") -> Calibration:
+    """Measure on this process group (collective: every rank calls it) and fit.
+
+    ``sizes`` in bytes (float32 buffers, so multiples of 4); at least two ranks.
+    """
+    world = dist.get_world_size()
+    if world < 2:
+        raise ValueError("calibration needs at least 2 ranks")
+    if len(set(sizes)) < 2 or any(n < 4 or n % 4 for n in sizes):
+        raise ValueError(f"give at least two sizes, multiples of 4 bytes, got {list(sizes)}")
+    driver = Driver()
+    rank = driver.comm.rank
+    peer = 1 - rank if rank < 2 else None
+    exchange, pingpong, stream, reduction = [], [], [], []
+    for n in sizes:
+        x = torch.ones(n // 4, device=device)
+        out = torch.empty_like(x)
+        burst_out = [torch.empty_like(x) for _ in range(BURST)]
+
+        def swap() -> None:
+            if peer is not None:
+                driver.run(_exchange, x, peer=peer, out=out, check_args=False)
+
+        def round_trip() -> None:
+            driver.run(_one_way, x, src=0, dst=1, out=[out], check_args=False)
+            driver.run(_one_way, x, src=1, dst=0, out=[out], check_args=False)
+
+        def burst() -> None:
+            driver.run(_one_way, x, src=0, dst=1, out=burst_out, check_args=False)
+
+        exchange.append(_timed(swap, iters, warmup))
+        pingpong.append(_timed(round_trip, iters, warmup) / 2)
+        stream.append(_timed(burst, max(iters // BURST, 1), 1) / BURST)
+        reduction.append(_local_add_seconds(x, iters))
+    concurrent = None
+    if world >= 3:
+        x = torch.ones(max(sizes) // 4, device=device)
+        one = _timed(lambda: driver.run(_fan_out, x, peers=[1], check_args=False), iters, warmup)
+        two = _timed(lambda: driver.run(_fan_out, x, peers=[1, 2], check_args=False), iters,
+                     warmup)
+        concurrent = two / one
+    return Calibration(world, str(torch.device(device)), tuple(sizes), tuple(exchange),
+                       tuple(pingpong), tuple(stream), tuple(reduction), concurrent,
+                       fit_line(sizes, exchange), fit_line(sizes, reduction))
+
+
+def _local_add_seconds(x: torch.Tensor, iters: int) -> float:
+    acc = torch.zeros_like(x)
+    samples = []
+    for _ in range(iters + 1):
+        if x.device.type == "cuda":
+            torch.cuda.synchronize(x.device)
+        start = time.perf_counter()
+        acc.add_(x)
+        if x.device.type == "cuda":
+            torch.cuda.synchronize(x.device)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples[1:])
+
+
+DEFAULT_SIZES = tuple(4 * 4**k for k in range(13))  # 16 B .. 64 MiB
