@@ -41,6 +41,7 @@ from simcomm.buffers import SizeOnly
 from simcomm.topology import Link, Topology, check_ranks
 
 MAIN_CHANNEL = 0
+_NEVER = -math.inf  # the tail of a message that has crossed no link yet
 
 
 class SimulationError(Exception):
@@ -293,7 +294,7 @@ class _Simulation:
             route = self.routes[(src, dst)] = tuple(
                 (i, self.links[i].bandwidth, self.links[i].latency)
                 for i in self.topology.route(src, dst))
-        h.route, h.hop, h.tail = route, 0, -math.inf
+        h.route, h.hop, h.tail = route, 0, _NEVER
         self._cross(h, now)
         sends, recvs = self.queues[src, dst, task.channel]
         if recvs:
@@ -310,7 +311,9 @@ class _Simulation:
         i, bandwidth, latency = h.route[hop]
         occupancy = nbytes / bandwidth
         enter = free[i] if free[i] > head else head
-        start = max(enter, h.tail - occupancy)
+        start = h.tail - occupancy  # conditionals, not max(): this runs once per link crossed
+        if start < enter:
+            start = enter
         end = free[i] = start + occupancy
         self.link_busy[i] += occupancy
         self.link_bytes[i] += nbytes
