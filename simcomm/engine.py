@@ -182,8 +182,9 @@ _BLOCKED = object()
 
 
 class _Simulation:
-    def __init__(self, topology: Topology, record: bool) -> None:
+    def __init__(self, topology: Topology, record: bool, has_data: bool) -> None:
         self.env = simpy.Environment()
+        self.has_data = has_data  # numpy buffers; size-only runs move no data
         self.topology = topology
         self.size = topology.size
         self.record = record
@@ -387,7 +388,8 @@ class _Simulation:
             task.pending -= 1
             if task.pending == 0:
                 handles, task.wait_handles = task.wait_handles, None
-                self._apply(task, handles)
+                if self.has_data:
+                    self._apply(task, handles)
                 self._run(task, None)
 
     # -- waiting -------------------------------------------------------------------------
@@ -409,7 +411,8 @@ class _Simulation:
                 h.blocking = True
                 pending += 1
         if pending == 0:
-            self._apply(task, op.handles)
+            if self.has_data:
+                self._apply(task, op.handles)
             return None
         task.pending, task.wait_handles = pending, op.handles
         return _BLOCKED
@@ -560,7 +563,8 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                             f"got {type(buf).__name__}")
     if len({isinstance(b, SizeOnly) for b in buffers}) > 1:
         raise ValueError("inputs mix numpy arrays and SizeOnly buffers")
-    sim = _Simulation(topology, record)
+    sim = _Simulation(topology, record, has_data=not isinstance(buffers[0], SizeOnly)
+                      if buffers else False)
     gens = []
     for rank in range(topology.size):
         gen = algorithm(Comm(rank, topology.size), buffers[rank], **params)
