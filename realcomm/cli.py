@@ -51,11 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
-        return args.run(args, argv)
+        code = args.run(args, argv)
     except (_UsageError, ValueError, RuntimeError, RealcommError) as error:
         message = " ".join(str(error).split())
         print(f"realcomm: error: {message}", file=sys.stderr)
-        return USAGE_ERROR
+        code = USAGE_ERROR
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
