@@ -5,8 +5,9 @@ The model (``simcomm.engine``): a message of n bytes costs alpha + n / B on its 
 receive that reduces costs n / R more on the receiver. Measured here, each through the
 realcomm driver, so that the driver's own cost per step is part of what is fitted:
 
-* exchange: two ranks send each other n bytes at once and wait for both, the step of a
-  ring on two ranks (and of every pairwise exchange); fitted as alpha + n / B by least
+* exchange: every rank sends n bytes to its right neighbour and receives n bytes from its
+  left at once, the step of a ring (on two ranks, a pairwise exchange), so that it is
+  measured under the contention the collectives meet; fitted as alpha + n / B by least
   squares on relative error, so that bytes and tens of MiB weigh alike;
 * ping-pong and stream (one way, back to back): reported beside it, to show whether the
   links are full-duplex (an exchange as fast as a one-way message) and how far pipelining
@@ -89,8 +90,8 @@ class Calibration:
     def topology_toml(self, name: str = "calibrated") -> str:
         """The fitted model as a topology file. Full-duplex: ``fully_connected`` with the
         exchange's alpha and B. Shared medium: every rank's messages cross one link,
-        ``bus.in -> bus.out``, which serves one message at a time at 2B (an exchange of two
-        messages then takes alpha + 2n / 2B, as measured)."""
+        ``bus.in -> bus.out``, which serves one message at a time at pB (a ring step of p
+        messages then takes alpha + pn / pB, as measured)."""
         alpha = max(self.link.fixed, 0.0)
         lines = [
             f"# {name}: fitted by realcomm calibrate on {self.world_size} ranks ({self.device})",
@@ -121,7 +122,7 @@ class Calibration:
             "[[link]]  # the shared medium: one message at a time, either direction",
             'src = "bus.in"',
             'dst = "bus.out"',
-            f'bandwidth = "{2 * self.link.rate:.6g}B/s"',
+            f'bandwidth = "{self.world_size * self.link.rate:.6g}B/s"',
             f'latency = "{alpha:.6g}s"',
             "",
             "[[link]]",
@@ -177,9 +178,11 @@ def fit_line(sizes: Sequence[int], seconds: Sequence[float]) -> Fit:
     return Fit(a, 1.0 / b, statistics.median(errors), max(errors))
 
 
-def _exchange(comm: Comm, x: torch.Tensor, peer: int, out: torch.Tensor) -> Schedule:
-    sent = yield Send(peer, x)
-    received = yield Recv(peer, out)
+def _ring_step(comm: Comm, x: torch.Tensor, out: torch.Tensor) -> Schedule:
+    # Every rank sends to its right neighbour and receives from its left at once: the step
+    # of a ring, and on two ranks a pairwise exchange.
+    sent = yield Send((comm.rank + 1) % comm.size, x)
+    received = yield Recv((comm.rank - 1) % comm.size, out)
     yield Wait(sent, received)
 
 
@@ -235,8 +238,6 @@ def measure(sizes: Sequence[int], iters: int = 20, warmup: int = 2,
     if len(set(sizes)) < 2 or any(n < 4 or n % 4 for n in sizes):
         raise ValueError(f"give at least two sizes, multiples of 4 bytes, got {list(sizes)}")
     driver = Driver()
-    rank = driver.comm.rank
-    peer = 1 - rank if rank < 2 else None
     exchange, pingpong, stream, reduction = [], [], [], []
     for n in sizes:
         x = torch.ones(n // 4, device=device)
@@ -244,8 +245,7 @@ def measure(sizes: Sequence[int], iters: int = 20, warmup: int = 2,
         burst_out = [torch.empty_like(x) for _ in range(BURST)]
 
         def swap() -> None:
-            if peer is not None:
-                driver.run(_exchange, x, peer=peer, out=out, check_args=False)
+            driver.run(_ring_step, x, out=out, check_args=False)
 
         def round_trip() -> None:
             driver.run(_one_way, x, src=0, dst=1, out=[out], check_args=False)
