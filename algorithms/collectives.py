@@ -20,10 +20,18 @@ from typing import Any
 
 from algorithms.buffers import split_even, split_sizes
 from algorithms.ops import (
-    AVG, SUM, Alloc, Comm, Copy, Divide, Recv, ReduceOp, Send, Wait,
+    AVG, SUM, Alloc, Comm, Copy, Divide, Join, Recv, ReduceOp, Send, Wait,
 )
 
 Schedule = Generator[Any, Any, Any]
+
+
+def run_after(previous: Any, schedule: Schedule) -> Schedule:
+    """Wait for the task ``previous`` (if any), then run ``schedule``: spawned so, tasks
+    queue on one stream and run in order, as collectives do on a comm stream."""
+    if previous is not None:
+        yield Join(previous)
+    return (yield from schedule)
 
 
 def _finish_avg(op: ReduceOp, buf: Any, size: int) -> Schedule:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from algorithms.collectives import Schedule, broadcast, reduce, ring_allreduce
+from algorithms.collectives import Schedule, broadcast, reduce, ring_allreduce, run_after
 from algorithms.buffers import split_even
 from algorithms.ops import AVG, SUM, Alloc, Comm, Compute, Copy, Join, Recv, Send, Spawn, Wait
 from algorithms.models import Model
@@ -134,15 +134,9 @@ def _queue(comm: Comm, grads: Sequence[Any], bucket: int, previous: Any,
            allreduce: Callable[..., Schedule], params: dict[str, Any]) -> Schedule:
     # The bucket's task first waits for the previous bucket's, so the all-reduces run in
     # order, one at a time; each runs on a channel of its own, so that no two cross.
-    task = yield Spawn(_after(previous, allreduce(comm, grads[bucket], op=AVG, **params)),
+    task = yield Spawn(run_after(previous, allreduce(comm, grads[bucket], op=AVG, **params)),
                        bucket_channel(bucket))
     return task
-
-
-def _after(previous: Any, schedule: Schedule) -> Schedule:
-    if previous is not None:
-        yield Join(previous)
-    return (yield from schedule)
 
 
 def dp_step(comm: Comm, model: Model, params: Any, grads: Any, inputs: Any, outputs: Any,

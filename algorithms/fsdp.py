@@ -4,10 +4,14 @@ is no longer needed, with PyTorch FSDP's options (forward prefetch, backward pre
 BACKWARD_PRE / BACKWARD_POST, a limit on in-flight all-gathers, reshard after forward).
 
 Each layer of the model is a unit. Its parameters are flattened and padded to a multiple of
-the world size p; rank r keeps shard r (1/p of them) between uses. All-gathers run one at a
-time on one comm stream and reduce-scatters one at a time on another, both beside the
-compute stream, as FSDP's unshard and post-backward streams do. ``Footprint`` ops say what
-each rank holds, so a simulation reports memory over time.
+the world size p; rank r keeps shard r (1/p of them) between uses. The all-gathers and
+reduce-scatters run one at a time, in the order they are issued, beside the compute stream:
+FSDP issues them on two CUDA streams but over one NCCL communicator, which runs its
+collectives in issue order. That order is what the backward prefetch options choose:
+BACKWARD_PRE issues the next all-gather before the current backward, BACKWARD_POST after it
+but before the current reduce-scatter, and without prefetch the all-gather waits behind
+that reduce-scatter (PyTorch's ``BackwardPrefetch`` documentation). ``Footprint`` ops say
+what each rank holds, so a simulation reports memory over time.
 
 Memory accounted (per rank): the parameter shards throughout; a unit's gathered parameters
 from the issue of its all-gather until it is freed; a unit's full gradient from the start
@@ -26,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from algorithms.buffers import split_even
-from algorithms.collectives import Schedule, all_gather, reduce_scatter
+from algorithms.collectives import Schedule, all_gather, reduce_scatter, run_after
 from algorithms.models import Model
 from algorithms.ops import AVG, Comm, Compute, Copy, Footprint, Join, Spawn
 
@@ -98,7 +102,7 @@ def fsdp_step(comm: Comm, model: Model, shards: Sequence[Any], gathered: Sequenc
 
 class _Units:
     """The bookkeeping of ``fsdp_step``: which units are gathered, which all-gathers are in
-    flight, and the last task on each comm stream (a stream runs its tasks in order)."""
+    flight, and the last collective issued (each waits for the one before it)."""
 
     def __init__(self, comm: Comm, model: Model, shards: Sequence[Any],
                  gathered: Sequence[Any], grads: Sequence[Any], shard_grads: Sequence[Any],
@@ -108,8 +112,7 @@ class _Units:
             shards, gathered, grads, shard_grads)
         self.held: set[int] = set()  # units whose gathered parameters are allocated
         self.in_flight: dict[int, Any] = {}  # unit -> all-gather task not yet waited on
-        self.last_gather: Any = None
-        self.last_scatter: Any = None
+        self.last: Any = None  # the last collective issued
         self.sharded_bytes = sum(self.shard_bytes(i) for i in range(len(gathered)))
 
     def full_bytes(self, i: int) -> int:
@@ -129,8 +132,8 @@ class _Units:
             return  # the rate limiter: this unit is gathered when it is needed instead
         self.held.add(i)
         yield Footprint(self.full_bytes(i), f"gathered {self.model.layers[i].name}")
-        schedule = _after(self.last_gather, self._copy_in_and_gather(i))
-        self.last_gather = self.in_flight[i] = yield Spawn(schedule, f"all-gather {i}")
+        schedule = run_after(self.last, self._copy_in_and_gather(i))
+        self.last = self.in_flight[i] = yield Spawn(schedule, f"all-gather {i}")
 
     def _copy_in_and_gather(self, i: int) -> Schedule:
         mine = split_even(self.gathered[i], self.comm.size)[self.comm.rank]
@@ -152,8 +155,8 @@ class _Units:
         if self.comm.size == 1:
             yield Copy(self.shard_grads[i], self.grads[i])
             return
-        schedule = _after(self.last_scatter, self._scatter_and_copy_out(i))
-        self.last_scatter = yield Spawn(schedule, f"reduce-scatter {i}")
+        schedule = run_after(self.last, self._scatter_and_copy_out(i))
+        self.last = yield Spawn(schedule, f"reduce-scatter {i}")
 
     def _scatter_and_copy_out(self, i: int) -> Schedule:
         mine = yield from reduce_scatter(self.comm, self.grads[i], op=AVG)
@@ -162,12 +165,6 @@ class _Units:
                         f"gradient shard {self.model.layers[i].name}")
 
     def finish(self) -> Schedule:
-        if self.last_scatter is not None:  # the stream's last task ends after all others
-            yield Join(self.last_scatter)
+        if self.last is not None:  # the last collective ends after all the others
+            yield Join(self.last)
 
-
-def _after(previous: Any, schedule: Schedule) -> Schedule:
-    # Wait for the stream's previous task, then run: one stream runs its tasks in order.
-    if previous is not None:
-        yield Join(previous)
-    return (yield from schedule)
