@@ -26,8 +26,8 @@ from algorithms.fsdp import BACKWARD_POST, BACKWARD_PRE
 from algorithms.models import DEFAULT_THROUGHPUT, PRESET_MODELS, Model, preset_model
 from simcomm.topology import Topology
 from simcomm.training import (
-    FSDPReport, StepReport, bucket_sweep, no_sharding_memory, simulate_ddp, simulate_dp,
-    simulate_fsdp,
+    FSDPReport, StepReport, bucket_sweep, no_sharding_memory, sent_bytes, simulate_ddp,
+    simulate_dp, simulate_fsdp,
 )
 from simcomm.units import format_bytes, parse_bytes, parse_flops
 
@@ -211,7 +211,7 @@ def run_fsdp(args: argparse.Namespace, topology: Topology) -> int:
 def format_fsdp_comparison(reports: dict[str, FSDPReport], ddp: StepReport, model: Model
                            ) -> str:
     """FSDP variants and DDP: step, exposed communication, bytes sent and peak memory."""
-    ddp_sent = sum(e.nbytes for e in ddp.result.trace if e.kind == "send" and e.rank == 0)
+    ddp_sent = sent_bytes(ddp.result, 0)
     lines = [f"{'schedule':<24} {'step (ms)':>10} {'exposed':>10} {'sent (MiB)':>11} "
              f"{'vs DDP':>7} {'peak (MiB)':>11}"]
     rows = [(name, r.step, r.exposed, r.sent_bytes, r.peak_memory) for name, r in reports.items()]

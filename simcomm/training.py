@@ -122,15 +122,12 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
                       overlap=overlap, allreduce_params=allreduce_params)
     rank = int(np.argmax(result.finish_times))
     compute = _compute_time(result, rank)
-    task_spans = {e.channel: (e.start, e.end) for e in result.trace
-                  if e.kind == "task" and e.rank == rank}
+    running = _running_spans(result, rank)
     ready_at = _backward_ends(result, rank)
     timings = []
     for b, members in enumerate(buckets):
         last_layer = order[members[-1]][0]
-        queued, end = task_spans[bucket_channel(b)]
-        # Queued when ready; started once the bucket before it was done (one comm stream).
-        start = max(queued, timings[-1].end) if timings else queued
+        start, end = running[bucket_channel(b)]
         timings.append(BucketTiming(b, len(members), grads[b].nbytes,
                                     ready_at[model.layers[last_layer].name], float(start),
                                     float(end)))
@@ -178,9 +175,32 @@ def _report(schedule: str, model: Model, topology: Topology, result: SimResult,
             compute: float, comm: float, bucket_cap: int | None,
             buckets: list[BucketTiming]) -> StepReport:
     exposed = max(0.0, result.time - compute)
-    overlap = 1.0 - exposed / comm if comm > 0 else 0.0  # no communication, nothing hidden
     return StepReport(schedule, model.name, topology.size, float(result.time), compute, comm,
-                      exposed, min(1.0, max(0.0, overlap)), bucket_cap, tuple(buckets), result)
+                      exposed, _overlap(exposed, comm), bucket_cap, tuple(buckets), result)
+
+
+def _overlap(exposed: float, comm: float) -> float:
+    # The share of communication hidden behind compute; none when there is none.
+    return min(1.0, max(0.0, 1.0 - exposed / comm)) if comm > 0 else 0.0
+
+
+def _running_spans(result: SimResult, rank: int) -> dict[Any, tuple[float, float]]:
+    """Per spawned task of ``rank`` (by channel), when it ran: the schedules queue their
+    collectives on one comm stream, so a task spawned while the one before it still runs
+    starts when that one ends."""
+    spans: dict[Any, tuple[float, float]] = {}
+    previous_end = -math.inf
+    for e in sorted((e for e in result.trace if e.kind == "task" and e.rank == rank),
+                    key=lambda e: e.start):
+        start = max(e.start, previous_end)
+        spans[e.channel] = (float(start), float(e.end))
+        previous_end = e.end
+    return spans
+
+
+def sent_bytes(result: SimResult, rank: int) -> int:
+    """Bytes ``rank`` sent over the run (the trace must be recorded)."""
+    return sum(e.nbytes for e in result.trace if e.kind == "send" and e.rank == rank)
 
 
 def _compute_time(result: SimResult, rank: int) -> float:
@@ -247,21 +267,14 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
                       model=model, flat=flat, shards=shards, options=options)
     rank = int(np.argmax(result.finish_times))
     compute = _compute_time(result, rank)
-    streams: dict[str, list[tuple[float, float]]] = {"all-gather": [], "reduce-scatter": []}
-    for e in sorted(result.trace, key=lambda e: e.start):
-        if e.kind == "task" and e.rank == rank:
-            spans = streams[str(e.channel).rsplit(" ", 1)[0]]
-            # Queued at its Spawn; running once the stream's previous task was done.
-            spans.append((max(e.start, spans[-1][1]) if spans else e.start, e.end))
-    comm = covered_time(streams["all-gather"] + streams["reduce-scatter"])
+    comm = covered_time(_running_spans(result, rank).values())
     exposed = max(0.0, result.time - compute)
     memories = [_memory_over_time(result, r) for r in range(p)]
     peaks = [max((b for _, b in m), default=0) for m in memories]
     top = int(np.argmax(peaks))
-    sent = sum(e.nbytes for e in result.trace if e.kind == "send" and e.rank == rank)
     return FSDPReport(model.name, p, options, float(result.time), compute, comm, exposed,
-                      min(1.0, max(0.0, 1.0 - exposed / comm)) if comm > 0 else 0.0, sent,
-                      peaks[top], tuple(memories[top]), result)
+                      _overlap(exposed, comm), sent_bytes(result, rank), peaks[top],
+                      tuple(memories[top]), result)
 
 
 def _fsdp_rank(comm: Any, _unused: Any, model: Model, flat: list[SizeOnly],
