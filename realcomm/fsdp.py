@@ -63,16 +63,19 @@ class FullyShardedSequential:
             count = sum(q.numel() for q in unit.parameters())
             flat = torch.zeros(padded_size(count, p), dtype=like.dtype, device=like.device)
             with torch.no_grad():
-                _pack(unit, flat)
+                for q, view in _views(unit, flat):
+                    view.copy_(q)
                 self.driver.run(broadcast, flat, root=0)  # every replica starts as rank 0's
-                _unpack(unit, flat)
             chunk = len(flat) // p
             shard = torch.nn.Parameter(flat[r * chunk:(r + 1) * chunk].clone())
             shard.grad = torch.zeros_like(shard)
             self.shards.append(shard)
             self.gathered.append(flat)
             self.grads.append(torch.zeros_like(flat))
-            _view_parameters(unit, flat)
+            # From now on the parameters are views into the gathered buffer, so whatever the
+            # all-gathers write there is what forward and backward use.
+            for q, view in _views(unit, flat):
+                q.data = view
         self.model = Model(type(module).__name__, tuple(
             Layer(str(i), tuple(q.numel() for q in unit.parameters()), 0.0, 0.0)
             for i, unit in enumerate(self.units)), grad_bytes=like.element_size())
@@ -113,7 +116,9 @@ class FullyShardedSequential:
                 activations[i + 1].backward(unit_inputs[i + 1].grad)
             with torch.no_grad():
                 self.grads[i].zero_()
-                _pack(unit, self.grads[i], grads=True)
+                for q, view in _views(unit, self.grads[i]):
+                    if q.grad is not None:
+                        view.copy_(q.grad)
 
         self.driver.run(_fsdp_rank, torch.empty(0), check_args=False, model=self.model,
                         shards=[s.detach() for s in self.shards], gathered=self.gathered,
@@ -132,10 +137,7 @@ class FullyShardedSequential:
             chunk = len(flat) // p
             full[r * chunk:(r + 1) * chunk] = shard.detach()
             self.driver.run(all_gather, full)
-            start = 0
-            for q in unit.parameters():
-                out.append(full[start:start + q.numel()].view_as(q).clone())
-                start += q.numel()
+            out += [view.clone() for _, view in _views(unit, full)]
         return out
 
 
@@ -148,26 +150,11 @@ def _bind(fn: Callable[[int], None], i: int) -> Callable[[], None]:
     return lambda: fn(i)
 
 
-def _pack(unit: torch.nn.Module, flat: torch.Tensor, grads: bool = False) -> None:
-    start = 0
+def _views(unit: torch.nn.Module, flat: torch.Tensor
+           ) -> list[tuple[torch.nn.Parameter, torch.Tensor]]:
+    """Each parameter of ``unit`` with the part of ``flat`` that holds it, shaped like it."""
+    views, start = [], 0
     for q in unit.parameters():
-        source = q.grad if grads else q
-        if source is not None:
-            flat[start:start + q.numel()].copy_(source.reshape(-1))
+        views.append((q, flat[start:start + q.numel()].view_as(q)))
         start += q.numel()
-
-
-def _unpack(unit: torch.nn.Module, flat: torch.Tensor) -> None:
-    start = 0
-    for q in unit.parameters():
-        q.copy_(flat[start:start + q.numel()].view_as(q))
-        start += q.numel()
-
-
-def _view_parameters(unit: torch.nn.Module, flat: torch.Tensor) -> None:
-    # From now on the module's parameters are views into the gathered buffer, so whatever
-    # the all-gathers write there is what forward and backward use.
-    start = 0
-    for q in unit.parameters():
-        q.data = flat[start:start + q.numel()].view_as(q)
-        start += q.numel()
+    return views
