@@ -17,8 +17,10 @@ realcomm driver, so that the driver's own cost per step is part of what is fitte
 * local reduction: ``add_`` of n bytes into n bytes on the tensor's device; fitted as
   n / R plus a fixed cost.
 
-The fitted topology is ``fully_connected`` over the world's ranks: every pair of ranks has
-its own link each way with the exchange's alpha and B, and every rank the reduction rate R.
+The fitted topology gives every rank the reduction rate R, and its links the exchange's
+alpha: ``fully_connected`` at B when the links are full-duplex, or, when an exchange takes
+well over a one-way message (the directions share one medium, as over loopback on few
+cores), one shared link that every message crosses at p x B (``Calibration.topology_toml``).
 """
 
 from __future__ import annotations
