@@ -4,10 +4,11 @@ Cost model (alpha-beta with contention):
 
 * A message of n bytes follows its route link by link, cut-through: its head enters link k
   when it has crossed link k-1 and link k is free, and goes on at once; the message occupies
-  the link for n / bandwidth seconds, ending no earlier than its tail arrives from upstream;
-  the tail reaches the far end ``latency`` seconds after it leaves. Uncontended, a message
-  costs the sum of its links' latencies plus n / (slowest bandwidth), wherever on the route
-  the slowest link is.
+  the link for gap + n / bandwidth seconds (``gap`` is 0 unless a link says otherwise),
+  ending no earlier than its tail arrives from upstream; the tail reaches the far end
+  ``latency`` seconds after it leaves. Uncontended, a message of gap-free links costs the
+  sum of its links' latencies plus n / (slowest bandwidth), wherever on the route the
+  slowest link is.
 * A link carries one message at a time, first come first served in the order the messages'
   heads reach it (at the same instant: in send order). A message that waits upstream takes
   its turn downstream when it gets there, so it holds no link it has not reached.
@@ -140,7 +141,7 @@ class _Handle:
             task, is_send, peer, buf, reduce)
         self.label = label
         self.message = -1  # a Send's number; a Recv's is its matching Send's
-        # Only a Send sets route (link, bandwidth, latency), hop (the next link its head
+        # Only a Send sets route (link, bandwidth, latency, gap), hop (the next link its head
         # enters), tail (when its tail reached the end of the last link crossed) and
         # trace_index (its place in the trace, or -1).
         self.nbytes = buf.nbytes
@@ -192,7 +193,7 @@ class _Simulation:
         self.link_free = [0.0] * len(self.links)
         self.link_bytes = [0] * len(self.links)
         self.link_busy = [0.0] * len(self.links)
-        self.routes: dict[tuple[int, int], tuple[tuple[int, float, float], ...]] = {}
+        self.routes: dict[tuple[int, int], tuple[tuple[int, float, float, float], ...]] = {}
         self.memory_free = [0.0] * self.size
         self.compute_free = [0.0] * self.size
         # (src, dst, channel) -> (sends waiting for a Recv, Recvs waiting for a Send)
@@ -293,7 +294,7 @@ class _Simulation:
         route = self.routes.get((src, dst))
         if route is None:
             route = self.routes[(src, dst)] = tuple(
-                (i, self.links[i].bandwidth, self.links[i].latency)
+                (i, self.links[i].bandwidth, self.links[i].latency, self.links[i].gap)
                 for i in self.topology.route(src, dst))
         h.route, h.hop, h.tail = route, 0, _NEVER
         self._cross(h, now)
@@ -309,8 +310,8 @@ class _Simulation:
         # the order they reach it; the head goes on as soon as the link is free (cut-through),
         # but the message cannot finish crossing before its tail has come from upstream.
         hop, nbytes, free = h.hop, h.nbytes, self.link_free
-        i, bandwidth, latency = h.route[hop]
-        occupancy = nbytes / bandwidth
+        i, bandwidth, latency, gap = h.route[hop]
+        occupancy = gap + nbytes / bandwidth
         enter = free[i] if free[i] > head else head
         start = h.tail - occupancy  # conditionals, not max(): this runs once per link crossed
         if start < enter:

@@ -271,34 +271,34 @@ def _us(latency: float) -> str:
 
 def describe(topology: Topology) -> str:
     """A readable summary: nodes, links grouped by class (bandwidth in GB/s per direction,
-    latency in us), reduce bandwidths and ranks.
+    latency in us, and the gap per message where there is one), reduce bandwidths and ranks.
 
     Links fall in one class when their ends match after replacing digits by ``N`` and their
-    bandwidth and latency agree; a class whose reverse class has as many links is shown once,
+    bandwidth, latency and gap agree; a class whose reverse class has as many links is shown once,
     as ``<->``.
     """
     ranked = set(topology.ranks)
     others = [n for n in topology.nodes if n not in ranked]
     lines = [f"{topology.name}: {topology.size} ranks, {len(topology.nodes)} nodes "
              f"({len(others)} without a rank), {len(topology.links)} links"]
-    classes = Counter((_pattern(link.src), _pattern(link.dst), link.bandwidth, link.latency)
-                      for link in topology.links)
+    classes = Counter((_pattern(link.src), _pattern(link.dst), link.bandwidth, link.latency,
+                       link.gap) for link in topology.links)
     rows, shown = [], set()
     for key, count in classes.items():
         if key in shown:
             continue
-        src, dst, bandwidth, latency = key
-        back = (dst, src, bandwidth, latency)
+        src, dst, bandwidth, latency, gap = key
+        back = (dst, src, bandwidth, latency, gap)
         if back != key and classes.get(back) == count:
             shown.add(back)
-            rows.append((f"{src} <-> {dst}", 2 * count, bandwidth, latency))
+            rows.append((f"{src} <-> {dst}", 2 * count, bandwidth, latency, gap))
         else:
-            rows.append((f"{src} -> {dst}", count, bandwidth, latency))
+            rows.append((f"{src} -> {dst}", count, bandwidth, latency, gap))
     width = max((len(r[0]) for r in rows), default=0)
     lines.append("links (bandwidth per direction, latency per link):")
-    for label, count, bandwidth, latency in rows:
+    for label, count, bandwidth, latency, gap in rows:
         lines.append(f"  {label:<{width}}  {count:>5} links  {_gbps(bandwidth):>12}  "
-                     f"{_us(latency):>9}")
+                     f"{_us(latency):>9}" + (f"  gap {_us(gap)}" if gap else ""))
     reduce = Counter(topology.reduce_bandwidth)
     if len(reduce) == 1:
         lines.append(f"reduce bandwidth: {_gbps(topology.reduce_bandwidth[0])} on every rank")

@@ -20,6 +20,8 @@ Two forms. The explicit form lists nodes and links::
     src = ["gpu0", "gpu1"]           # a name or a list: one link per (src, dst) pair
     dst = "sw"
     latency = "1us"                  # overrides [defaults]
+    gap = "0.5us"                    # seconds each message holds the link besides its
+                                     # bytes (LogGP's g; default 0)
 
 Instead of ``gpus`` and ``switches`` a file may list ``nodes`` (every node, in order) with
 ``ranks``. The builder form names a builder of ``simcomm.topology`` and its parameters::
@@ -62,8 +64,8 @@ class TopologyFileError(ValueError):
 
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "defaults", "reduce_bandwidth",
                   "link")
-_DEFAULTS_KEYS = ("bandwidth", "latency", "duplex", "reduce_bandwidth")
-_LINK_KEYS = ("src", "dst", "bandwidth", "latency", "duplex")
+_DEFAULTS_KEYS = ("bandwidth", "latency", "gap", "duplex", "reduce_bandwidth")
+_LINK_KEYS = ("src", "dst", "bandwidth", "latency", "gap", "duplex")
 
 
 class _Reader:
@@ -244,8 +246,8 @@ def _read_nodes(reader: _Reader, data: dict[str, Any]) -> tuple[list[str], list[
 
 def _read_defaults(reader: _Reader, table: dict[str, Any]) -> dict[str, Any]:
     reader.check_keys(table, _DEFAULTS_KEYS, "defaults.")
-    parsers = {"bandwidth": reader.bandwidth, "latency": reader.latency, "duplex": reader.flag,
-               "reduce_bandwidth": reader.bandwidth}
+    parsers = {"bandwidth": reader.bandwidth, "latency": reader.latency, "gap": reader.latency,
+               "duplex": reader.flag, "reduce_bandwidth": reader.bandwidth}
     return {key: parsers[key](value, f"defaults.{key}") for key, value in table.items()}
 
 
@@ -268,6 +270,8 @@ def _read_link(reader: _Reader, entry: dict[str, Any], where: str, defaults: dic
             figures[key] = defaults[key]
         else:
             raise reader.error(f"{where}.{key}", "missing key (and [defaults] gives none)")
+    gap = (reader.latency(entry["gap"], f"{where}.gap") if "gap" in entry
+           else defaults.get("gap", 0.0))
     duplex = (reader.flag(entry["duplex"], f"{where}.duplex") if "duplex" in entry
               else defaults.get("duplex", True))
     links = []
@@ -277,9 +281,9 @@ def _read_link(reader: _Reader, entry: dict[str, Any], where: str, defaults: dic
                 if len(ends["src"]) == 1 and len(ends["dst"]) == 1:
                     raise reader.error(where, f"src and dst are both {src!r}")
                 continue
-            links.append(Link(src, dst, figures["bandwidth"], figures["latency"]))
+            links.append(Link(src, dst, figures["bandwidth"], figures["latency"], gap))
             if duplex:
-                links.append(Link(dst, src, figures["bandwidth"], figures["latency"]))
+                links.append(Link(dst, src, figures["bandwidth"], figures["latency"], gap))
     return links
 
 
@@ -419,11 +423,14 @@ def dump_topology(topology: Topology) -> str:
     reduce_default = Counter(topology.reduce_bandwidth).most_common(1)[0][0]
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}
     bandwidth = latency = None
+    gap = 0.0
     if links:
         bandwidth = Counter(link.bandwidth for link in links).most_common(1)[0][0]
         latency = Counter(link.latency for link in links).most_common(1)[0][0]
+        gap = Counter(link.gap for link in links).most_common(1)[0][0]
         defaults = {"bandwidth": format_bandwidth(bandwidth),
-                    "latency": format_latency(latency), **defaults}
+                    "latency": format_latency(latency),
+                    **({"gap": format_latency(gap)} if gap else {}), **defaults}
     lines.append("defaults = { " + ", ".join(f"{k} = {_toml_string(v)}"
                                              for k, v in defaults.items()) + " }")
     overrides = [f"{_toml_string(node)} = {_toml_string(format_bandwidth(bw))}"
@@ -440,7 +447,9 @@ def dump_topology(topology: Topology) -> str:
             fields.append(f"bandwidth = {_toml_string(format_bandwidth(link.bandwidth))}")
         if link.latency != latency:
             fields.append(f"latency = {_toml_string(format_latency(link.latency))}")
-        reverse = Link(link.dst, link.src, link.bandwidth, link.latency)
+        if link.gap != gap:
+            fields.append(f"gap = {_toml_string(format_latency(link.gap))}")
+        reverse = Link(link.dst, link.src, link.bandwidth, link.latency, link.gap)
         if i + 1 < len(links) and links[i + 1] == reverse:
             i += 2
         else:

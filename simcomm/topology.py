@@ -28,6 +28,9 @@ class Link:
     dst: str
     bandwidth: float  # bytes/second
     latency: float  # seconds
+    # Seconds a message holds the link on top of its bytes (LogGP's gap g: the per-message
+    # cost of a link that a stream of messages cannot hide, such as a software send path).
+    gap: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.bandwidth > 0:
@@ -36,6 +39,9 @@ class Link:
         if not (math.isfinite(self.latency) and self.latency >= 0):
             raise ValueError(f"link {self.src}->{self.dst}: latency must be finite and >= 0, "
                              f"got {self.latency!r}")
+        if not (math.isfinite(self.gap) and self.gap >= 0):
+            raise ValueError(f"link {self.src}->{self.dst}: gap must be finite and >= 0, "
+                             f"got {self.gap!r}")
         if self.src == self.dst:
             raise ValueError(f"link {self.src}->{self.dst} connects a node to itself")
 

@@ -302,6 +302,20 @@ def test_two_messages_on_one_link_serialize_in_send_order(alpha, bandwidth, firs
     assert result.links[0].busy_time == exactly((first + second) * 4 / bandwidth)
 
 
+@given(alpha=alphas, gap=alphas, bandwidth=bandwidths, count=st.integers(0, 10**6),
+       messages=st.integers(1, 5))
+def test_a_gap_holds_the_link_for_every_message(alpha, gap, bandwidth, count,
+                                                messages) -> None:
+    # LogGP: a stream of k messages of n bytes costs alpha + k (gap + n/B); one, alpha +
+    # gap + n/B.
+    link = Topology("pair", ("gpu0", "gpu1"), (Link("gpu0", "gpu1", bandwidth, alpha, gap),),
+                    ("gpu0", "gpu1"), (math.inf, math.inf))
+    result = simulate(point_to_point(*[count] * messages), [SizeOnly(0)] * 2, link)
+    arrivals = [event.end for event in result.sends()]
+    assert arrivals == [exactly(alpha + k * (gap + count * 4 / bandwidth))
+                        for k in range(1, messages + 1)]
+
+
 def test_a_shared_link_serves_the_earlier_sender_first() -> None:
     # Ranks 1 and 2 both send to rank 0 through the switch; rank 1 starts later, so its
     # message queues behind rank 2's on the switch's link down to rank 0.

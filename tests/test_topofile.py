@@ -62,6 +62,15 @@ def test_hand_written_file_reads_as_written():
                     ("b.pcie", "b0")]
 
 
+def test_a_gap_reads_from_defaults_or_the_link():
+    text = GOOD_HEAD + '[defaults]\ngap = "3us"\n' + GOOD_LINK + (
+        '[[link]]\nsrc = "sw"\ndst = "gpu0"\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+        'gap = "0s"\nduplex = false\n')
+    topology = parse_topology(text)
+    assert [link.gap for link in topology.links] == [3e-6] * 4 + [0.0]
+    assert parse_topology(dump_topology(topology)) == topology
+
+
 def test_hand_written_file_round_trips():
     topology = parse_topology(LAB_PAIR)
     assert parse_topology(dump_topology(topology)) == topology
@@ -189,6 +198,7 @@ GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\n
     (GOOD_HEAD + GOOD_LINK.replace('src = ["gpu0", "gpu1"]', 'src = "sw"'), "link[0]",
      "src and dst are both 'sw'"),
     (GOOD_HEAD + GOOD_LINK + "duplex = 1\n", "link[0].duplex", "must be true or false"),
+    (GOOD_HEAD + GOOD_LINK + 'gap = "5"\n', "link[0].gap", "must be a string with a unit"),
     (GOOD_HEAD, "link", "no route from rank 0 (gpu0) to rank 1 (gpu1)"),
     (GOOD_HEAD + GOOD_LINK.replace('src = ["gpu0", "gpu1"]', 'src = "gpu0"')
      + '[[link]]\nsrc = "gpu1"\ndst = "sw"\nbandwidth = "1GB/s"\nlatency = "1us"\n'
@@ -255,8 +265,8 @@ def topologies(draw: st.DrawFn) -> Topology:
         links += [Link(a, b, draw(BANDWIDTHS), draw(LATENCIES)),
                   Link(b, a, draw(BANDWIDTHS), draw(LATENCIES))]
     extra = draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names),
-                                    BANDWIDTHS, LATENCIES), max_size=6))
-    links += [Link(a, b, bw, lat) for a, b, bw, lat in extra if a != b]
+                                    BANDWIDTHS, LATENCIES, LATENCIES), max_size=6))
+    links += [Link(a, b, bw, lat, gap) for a, b, bw, lat, gap in extra if a != b]
     links = draw(st.permutations(links))
     reduce = draw(st.lists(BANDWIDTHS, min_size=len(ranks), max_size=len(ranks)))
     return Topology(draw(NAMES), tuple(names), tuple(links), tuple(ranks), tuple(reduce))
