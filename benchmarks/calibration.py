@@ -1,15 +1,21 @@
 """How well a calibrated simulator predicts real runs on this machine.
 
-1. calibration run: ``realcomm calibrate`` measures exchanges, one-way messages and local
-   reductions and writes a topology file;
-2. validation runs, separate: ``realcomm bench`` times each collective at each size,
-   ``--repeats`` times, and the median time per size counts (one run of 20 iterations on a
-   busy 2-core machine can be off by 2x);
-3. ``simcomm validate`` simulates the same collectives and sizes on the calibrated topology
-   and prints measured and simulated times, the errors, and per collective the median,
-   geometric-mean and largest absolute error.
+In one group of local processes, ``--rounds`` times in turn:
 
-    python benchmarks/calibration.py [--nprocs 2] [--repeats 5] [--out DIR]
+1. a calibration round: ``realcomm.calibrate.measure`` times exchanges, one-way messages and
+   local reductions (none of the collectives below);
+2. a validation round: ``realcomm.bench`` times each collective at each size, as
+   ``realcomm bench`` does.
+
+The calibration is the per-size median over its rounds (``realcomm.calibrate.combine``),
+fitted and written as a topology file; the measured time of a collective at a size is the
+median over its rounds. Taking turns puts a slow spell of a busy machine on one round of
+each rather than on the whole calibration or on one collective. ``simcomm validate`` then
+simulates the same collectives and sizes on the calibrated topology and prints measured and
+simulated times, the errors, and per collective the median, geometric-mean and largest
+absolute error.
+
+    python benchmarks/calibration.py [--nprocs 2] [--rounds 5] [--timing median] [--out DIR]
 
 Target (on a 2-core machine, gloo, 2 processes, 64 KiB to 64 MiB): median error <= 10% and
 no size off by more than 25%.
@@ -18,32 +24,57 @@ no size off by more than 25%.
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
+from algorithms.bench import BenchConfig, BenchRow, add_bench_arguments, config_from_args, format_rows
+from realcomm.bench import TIMINGS, RunOptions, bench_rank
+from realcomm.calibrate import DEFAULT_SIZES, Calibration, combine, measure
+from realcomm.launch import spawn
+
 COLLECTIVES = ("ring_allreduce", "reduce_broadcast_allreduce", "alltoall_allreduce",
                "reduce_scatter", "all_gather")
 
-
-def run(*args: str) -> str:
-    """Run a command of this project; its stdout, or exit with its error."""
-    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
-                          check=False)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(args[:2])} failed: {done.stderr.strip()}")
-    return done.stdout
+Round = tuple[Calibration, dict[str, list[BenchRow]]]
 
 
-def median_rows(runs: list[list[str]]) -> str:
-    """Bench CSVs of repeated runs as one: per size, the row of the median time."""
-    header, *first = runs[0]
-    time_column = header.split(",").index("time_us")
-    lines = [header]
-    for i in range(len(first)):
-        rows = sorted((r[i + 1] for r in runs), key=lambda row: float(row.split(",")[time_column]))
-        lines.append(rows[len(rows) // 2])
-    return "\n".join(lines) + "\n"
+def bench_config(name: str, minbytes: str, maxbytes: str) -> BenchConfig:
+    """The configuration ``realcomm bench --algorithm NAME -b MIN -e MAX -f 4`` would use."""
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    return config_from_args(parser.parse_args(
+        ["--algorithm", name, "-b", minbytes, "-e", maxbytes, "-f", "4", "--format", "csv"]))
+
+
+def rounds_on_rank(rounds: int, minbytes: str, maxbytes: str, iters: int, timing: str
+                   ) -> list[Round]:
+    """One rank's part: calibration and validation rounds in turn."""
+    configs = [bench_config(name, minbytes, maxbytes) for name in COLLECTIVES]
+    options = RunOptions(iters=iters, timing=timing)
+    out = []
+    for r in range(rounds):
+        calibration = measure(DEFAULT_SIZES, iters, 2, "cpu", timing)
+        # Start each round at another collective, so none is always first.
+        turn = configs[r % len(configs):] + configs[:r % len(configs)]
+        rows = {c.collective.name: bench_rank(c, options, torch.device("cpu")) for c in turn}
+        out.append((calibration, rows))
+    return out
+
+
+def median_rows(runs: list[list[BenchRow]]) -> list[BenchRow]:
+    """Per size, the row whose time is the median over the runs (the lower middle one)."""
+    return [sorted(rows, key=lambda row: row.time_us)[(len(rows) - 1) // 2]
+            for rows in zip(*runs)]
+
+
+def spread(runs: list[list[BenchRow]]) -> str:
+    """Per size, the slowest round's time over the fastest's: how much the machine moved."""
+    return " ".join(f"{max(r.time_us for r in rows) / min(r.time_us for r in rows):.2f}"
+                    for rows in zip(*runs))
 
 
 def main() -> None:
@@ -52,25 +83,39 @@ def main() -> None:
     parser.add_argument("--out", default="calibration", help="folder for the files")
     parser.add_argument("-b", "--minbytes", default="64K")
     parser.add_argument("-e", "--maxbytes", default="64M")
-    parser.add_argument("-n", "--iters", type=int, default=20, help="timed runs per size")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="validation runs per collective; the median time per size counts")
+    parser.add_argument("-n", "--iters", type=int, default=50, help="timed runs per size")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="calibration and validation rounds, in turn")
+    parser.add_argument("--timing", default="median", choices=TIMINGS,
+                        help="statistic of the timed runs, for calibration and validation alike")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    rounds = spawn(rounds_on_rank, args.nprocs,
+                   (args.rounds, args.minbytes, args.maxbytes, args.iters, args.timing))[0]
+    calibration = combine([c for c, _ in rounds])
+    print(calibration.format())
     topology = out / f"calibrated_{args.nprocs}.toml"
-    print(run("realcomm", "calibrate", "--nprocs", str(args.nprocs), "--out", str(topology),
-              "-n", str(args.iters)))
+    topology.write_text(calibration.topology_toml())
+    exchange_spread = [max(c.exchange[i] for c, _ in rounds) / min(c.exchange[i] for c, _ in rounds)
+                       for i in range(len(calibration.sizes))]
+    print(f"exchange, slowest round / fastest, per size: "
+          f"{' '.join(f'{x:.2f}' for x in exchange_spread)} "
+          f"(median {statistics.median(exchange_spread):.2f})")
     measured = []
     for name in COLLECTIVES:
-        runs = [run("realcomm", "bench", "--nprocs", str(args.nprocs), "--algorithm", name,
-                    "-b", args.minbytes, "-e", args.maxbytes, "-f", "4", "--format", "csv",
-                    "-n", str(args.iters)).splitlines() for _ in range(args.repeats)]
+        runs = [rows[name] for _, rows in rounds]
+        print(f"{name}, slowest round / fastest, per size: {spread(runs)}")
         csv = out / f"measured_{name}_{args.nprocs}.csv"
-        csv.write_text(median_rows(runs))
+        csv.write_text(format_rows(median_rows(runs), "csv", []))
         measured += ["--measured", f"{name}={csv}"]
-    print(run("simcomm", "validate", "--topology", str(topology), *measured,
-              "--plot", str(out / f"validation_{args.nprocs}.png")))
+    done = subprocess.run([sys.executable, "-m", "simcomm", "validate", "--topology",
+                           str(topology), *measured, "--plot",
+                           str(out / f"validation_{args.nprocs}.png")],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"simcomm validate failed: {done.stderr.strip()}")
+    print(done.stdout)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, Driver
 WARMUP_ITERS = 5
 ITERS = 20
 BASELINES = ("none", "native")
+# How the timed runs of one size make one time: "mean" is nccl-tests' (elapsed over the
+# runs, back to back); "median" times each run and takes the median, the time of a typical
+# run, which a long tail of late wake-ups on a busy machine does not move.
+TIMINGS = ("mean", "median")
 
 _TORCH_OPS = {
     ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.PROD: dist.ReduceOp.PRODUCT,
@@ -61,6 +65,7 @@ class RunOptions:
     baseline: str = "none"
     timeout: float = DEFAULT_TIMEOUT  # seconds
     slice_bytes: int = DEFAULT_SLICE_BYTES
+    timing: str = "mean"
 
     def __post_init__(self) -> None:
         if self.warmup_iters < 0:
@@ -70,6 +75,8 @@ class RunOptions:
         if self.baseline not in BASELINES:
             raise ValueError(f"unknown --baseline {self.baseline!r}; known: "
                              f"{', '.join(BASELINES)}")
+        if self.timing not in TIMINGS:
+            raise ValueError(f"unknown --timing {self.timing!r}; known: {', '.join(TIMINGS)}")
 
 
 def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device
@@ -87,7 +94,7 @@ def _bench_size(config: BenchConfig, options: RunOptions, driver: Driver,
     count = buffer_count(config.collective, p, size, config.dtype.itemsize)
     x = torch.ones(count, dtype=_torch_dtype(config.dtype), device=device)
     run = make_runner(config, options.baseline, driver, x)
-    seconds = time_runs(run, options.warmup_iters, options.iters, device)
+    seconds = time_runs(run, options.warmup_iters, options.iters, device, options.timing)
     wrong = None
     if config.check:
         inputs = check_inputs(p, count, config.dtype, config.op)
@@ -106,23 +113,35 @@ def _bench_size(config: BenchConfig, options: RunOptions, driver: Driver,
                      seconds, wrong)
 
 
-def time_runs(run: Runner, warmup_iters: int, iters: int, device: torch.device) -> float:
+def time_runs(run: Runner, warmup_iters: int, iters: int, device: torch.device,
+              timing: str = "mean") -> float:
     """Seconds per run: one run that checks the arguments, the warm-up runs, a barrier,
-    then ``iters`` timed runs back to back; their mean, averaged over the ranks (as
-    nccl-tests reports)."""
+    then ``iters`` timed runs back to back. ``timing="mean"``: their elapsed time over
+    ``iters``, averaged over the ranks (as nccl-tests reports). ``timing="median"``: each
+    run's time on the slowest rank, the median over the runs (on CUDA each run is then
+    synchronised, so runs no longer overlap)."""
+    if timing not in TIMINGS:
+        raise ValueError(f"unknown timing {timing!r}; known: {', '.join(TIMINGS)}")
     run(True)
     for _ in range(warmup_iters):
         run(False)
     dist.barrier()
-    start = time.perf_counter()
+    marks = [time.perf_counter()]
     for _ in range(iters):
         run(False)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64,
-                           device=device)
-    dist.all_reduce(elapsed)
-    return elapsed.item() / dist.get_world_size()
+        if timing == "median" and device.type == "cuda":
+            torch.cuda.synchronize(device)
+        marks.append(time.perf_counter())
+    if timing == "mean":
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = torch.tensor([(time.perf_counter() - marks[0]) / iters],
+                               dtype=torch.float64, device=device)
+        dist.all_reduce(elapsed)
+        return elapsed.item() / dist.get_world_size()
+    per_run = torch.tensor(np.diff(marks), dtype=torch.float64, device=device)
+    dist.all_reduce(per_run, op=dist.ReduceOp.MAX)
+    return float(np.median(per_run.cpu().numpy()))
 
 
 def make_runner(config: BenchConfig, baseline: str, driver: Driver, x: torch.Tensor

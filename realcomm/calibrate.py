@@ -14,8 +14,9 @@ realcomm driver, so that the driver's own cost per step is part of what is fitte
   gets;
 * concurrent sends: rank 0 sends n bytes to two peers at once, against one peer (world size
   3 or more): whether a rank's sends share its bandwidth;
-* local reduction: ``add_`` of n bytes into n bytes on the tensor's device; fitted as
-  n / R plus a fixed cost.
+* local reduction: ``add_`` of n bytes into n bytes on the tensor's device, on every rank
+  at once (on one host they share its memory bandwidth); fitted as n / R plus a fixed cost,
+  weighed against the exchange of the same size.
 
 The fitted topology gives every rank the reduction rate R, and its links the exchange's
 alpha: ``fully_connected`` at B when the links are full-duplex, or, when an exchange takes
@@ -28,7 +29,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ import torch.distributed as dist
 
 from algorithms.collectives import Schedule
 from algorithms.ops import Comm, Recv, Send, Wait
+from realcomm.bench import time_runs
 from realcomm.driver import Driver
 
 BURST = 8  # messages per stream measurement
@@ -46,8 +48,8 @@ SHARED_MEDIUM_RATIO = 1.4
 
 @dataclass(frozen=True)
 class Fit:
-    """t(n) = fixed + n / rate, and how well it holds: the median and largest relative
-    error of the fit over the measured sizes."""
+    """t(n) = fixed + n / rate, and how well it holds: the median and largest error of the
+    fit over the measured sizes, relative to what it was fitted against (``fit_line``)."""
 
     fixed: float  # seconds
     rate: float  # bytes/second
@@ -65,14 +67,26 @@ class Calibration:
 
     world_size: int
     device: str
+    timing: str  # the statistic of the timed runs: "mean" or "median" (realcomm.bench)
     sizes: tuple[int, ...]
     exchange: tuple[float, ...]
     pingpong: tuple[float, ...]  # one way: half a round trip
     stream: tuple[float, ...]  # per message, back to back, one way
     reduction: tuple[float, ...]
     concurrent_ratio: float | None  # time to two peers at once / to one, at the largest size
-    link: Fit
-    reduce: Fit
+
+    @property
+    def link(self) -> Fit:
+        """The exchange fitted as alpha + n / B."""
+        return fit_line(self.sizes, self.exchange)
+
+    @property
+    def reduce(self) -> Fit:
+        """The local reduction fitted as n / R (plus a fixed cost the model leaves out).
+        Its error matters as a share of the step it is part of, so it is weighed against
+        the exchange of the same size: the fit follows the large sizes, where a reduction
+        runs at memory speed, rather than the cache speed of small ones."""
+        return fit_line(self.sizes, self.reduction, scale=self.exchange)
 
     @property
     def duplex_ratio(self) -> float:
@@ -96,11 +110,12 @@ class Calibration:
         messages then takes alpha + pn / pB, as measured)."""
         alpha = max(self.link.fixed, 0.0)
         lines = [
-            f"# {name}: fitted by realcomm calibrate on {self.world_size} ranks ({self.device})",
+            f"# {name}: fitted by realcomm calibrate on {self.world_size} ranks ({self.device}), "
+            f"{self.timing} times",
             f"# exchange fit: alpha + n/B, median error {self.link.median_error:.1%}, "
             f"largest {self.link.max_error:.1%}; exchange / one-way {self.duplex_ratio:.2f}",
             f"# reduction fit: n/R, median error {self.reduce.median_error:.1%}, "
-            f"largest {self.reduce.max_error:.1%}",
+            f"largest {self.reduce.max_error:.1%} of an exchange of the same size",
             f'name = "{name}"']
         if not self.shared_medium:
             return "\n".join(lines + [
@@ -145,7 +160,8 @@ class Calibration:
                      f"GB/s; fit error median {self.link.median_error:.1%}, largest "
                      f"{self.link.max_error:.1%}")
         lines.append(f"reduction: R {self.reduce.rate / 1e9:.3f} GB/s (plus "
-                     f"{self.reduce.fixed * 1e6:.2f} us a call, not modelled); fit error median "
+                     f"{self.reduce.fixed * 1e6:.2f} us a call, not modelled); fit error as a "
+                     f"share of an exchange of the same size: median "
                      f"{self.reduce.median_error:.1%}, largest {self.reduce.max_error:.1%}")
         medium = ("one shared medium: the topology routes every message over one link"
                   if self.shared_medium else "full-duplex links: fully_connected")
@@ -157,11 +173,13 @@ class Calibration:
         return "\n".join(lines)
 
 
-def fit_line(sizes: Sequence[int], seconds: Sequence[float]) -> Fit:
-    """Least squares of t = fixed + n / rate on relative error (each point weighted by
-    1 / t), so that small and large sizes count alike. ``fixed`` may come out slightly
-    negative when it is lost in the noise; ``rate`` must come out positive."""
-    w = [1.0 / t for t in seconds]
+def fit_line(sizes: Sequence[int], seconds: Sequence[float],
+             scale: Sequence[float] | None = None) -> Fit:
+    """Least squares of t = fixed + n / rate, each point's error taken relative to its
+    ``scale`` (default: the measured time itself, so that small and large sizes count
+    alike). ``fixed`` may come out slightly negative when it is lost in the noise; ``rate``
+    must come out positive."""
+    w = [1.0 / t for t in (seconds if scale is None else scale)]
     # Minimise sum((w_i (a + b n_i - t_i))^2) over a, b: the 2x2 normal equations.
     s_ww = sum(x * x for x in w)
     s_wwn = sum(x * x * n for x, n in zip(w, sizes))
@@ -176,7 +194,7 @@ def fit_line(sizes: Sequence[int], seconds: Sequence[float]) -> Fit:
     if not b > 0:
         raise ValueError(f"the measured times do not grow with size (slope {b!r}): too noisy "
                          "to fit; measure more iterations or larger sizes")
-    errors = [abs(a + b * n - t) / t for n, t in zip(sizes, seconds)]
+    errors = [abs(a + b * n - t) * x for n, t, x in zip(sizes, seconds, w)]
     return Fit(a, 1.0 / b, statistics.median(errors), max(errors))
 
 
@@ -212,34 +230,37 @@ def _fan_out(comm: Comm, x: torch.Tensor, peers: Sequence[int]) -> Schedule:
         yield Wait(*handles)
 
 
-def _timed(run: Callable[[], Any], iters: int, warmup: int) -> float:
-    """Seconds per run, timed as ``realcomm bench`` and nccl-tests time: after ``warmup``
-    runs and a barrier, ``iters`` runs back to back, their elapsed time over ``iters``, the
-    slowest rank's. A mean, not a median: on a busy machine the time has a long tail (a
-    rank woken late), and the collectives it is to predict are timed the same way."""
-    for _ in range(warmup):
-        run()
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        run()
-    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-    return float(elapsed)
+def _timed(run: Callable[[], Any], iters: int, warmup: int, device: torch.device,
+           timing: str) -> float:
+    """Seconds per run, timed as ``realcomm bench`` times a collective."""
+    return time_runs(lambda check_args: run(), warmup, iters, device, timing)
 
 
 def measure(sizes: Sequence[int], iters: int = 20, warmup: int = 2,
-            device: torch.device | str = "cpu") -> Calibration:
-    """Measure on this process group (collective: every rank calls it) and fit.
+            device: torch.device | str = "cpu", timing: str = "mean", rounds: int = 1
+            ) -> Calibration:
+    """Measure on this process group (collective: every rank calls it).
 
-    ``sizes`` in bytes (float32 buffers, so multiples of 4); at least two ranks.
+    ``sizes`` in bytes (float32 buffers, so multiples of 4); at least two ranks. ``timing``
+    as ``realcomm bench``'s: calibrate with the statistic the predictions are to match.
+    With ``rounds`` > 1 every size is measured once per round and the rounds are combined
+    (``combine``).
     """
     world = dist.get_world_size()
     if world < 2:
         raise ValueError("calibration needs at least 2 ranks")
     if len(set(sizes)) < 2 or any(n < 4 or n % 4 for n in sizes):
         raise ValueError(f"give at least two sizes, multiples of 4 bytes, got {list(sizes)}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
     driver = Driver()
+    return combine([_measure_round(driver, sizes, iters, warmup, torch.device(device), timing)
+                    for _ in range(rounds)])
+
+
+def _measure_round(driver: Driver, sizes: Sequence[int], iters: int, warmup: int,
+                   device: torch.device, timing: str) -> Calibration:
+    world = driver.comm.size
     exchange, pingpong, stream, reduction = [], [], [], []
     for n in sizes:
         x = torch.ones(n // 4, device=device)
@@ -256,26 +277,54 @@ def measure(sizes: Sequence[int], iters: int = 20, warmup: int = 2,
         def burst() -> None:
             driver.run(_one_way, x, src=0, dst=1, out=burst_out, check_args=False)
 
-        exchange.append(_timed(swap, iters, warmup))
-        pingpong.append(_timed(round_trip, iters, warmup) / 2)
-        stream.append(_timed(burst, max(iters // BURST, 1), 1) / BURST)
+        exchange.append(_timed(swap, iters, warmup, device, timing))
+        pingpong.append(_timed(round_trip, iters, warmup, device, timing) / 2)
+        stream.append(_timed(burst, max(iters // BURST, 1), 1, device, timing) / BURST)
         reduction.append(_local_add_seconds(x, iters))
     concurrent = None
     if world >= 3:
         x = torch.ones(max(sizes) // 4, device=device)
-        one = _timed(lambda: driver.run(_fan_out, x, peers=[1], check_args=False), iters, warmup)
+        one = _timed(lambda: driver.run(_fan_out, x, peers=[1], check_args=False), iters,
+                     warmup, device, timing)
         two = _timed(lambda: driver.run(_fan_out, x, peers=[1, 2], check_args=False), iters,
-                     warmup)
+                     warmup, device, timing)
         concurrent = two / one
-    return Calibration(world, str(torch.device(device)), tuple(sizes), tuple(exchange),
-                       tuple(pingpong), tuple(stream), tuple(reduction), concurrent,
-                       fit_line(sizes, exchange), fit_line(sizes, reduction))
+    return Calibration(world, str(device), timing, tuple(sizes), tuple(exchange),
+                       tuple(pingpong), tuple(stream), tuple(reduction), concurrent)
+
+
+def combine(calibrations: Sequence[Calibration]) -> Calibration:
+    """Several calibration runs of one machine as one: per size, the median of each
+    measurement over the runs. Runs spread over time (``realcomm calibrate --rounds``, or
+    taking turns with the runs to be predicted) so that a slow spell of a busy machine
+    falls on one run of several rather than on the whole calibration."""
+    if not calibrations:
+        raise ValueError("nothing to combine")
+    first = calibrations[0]
+    for other in calibrations[1:]:
+        if (other.world_size, other.device, other.timing, other.sizes) != (
+                first.world_size, first.device, first.timing, first.sizes):
+            raise ValueError("calibrations to combine must share world size, device, timing "
+                             "and sizes")
+
+    def median(field: str) -> tuple[float, ...]:
+        columns = zip(*(getattr(c, field) for c in calibrations))
+        return tuple(statistics.median(column) for column in columns)
+
+    ratios = [c.concurrent_ratio for c in calibrations if c.concurrent_ratio is not None]
+    return replace(first, exchange=median("exchange"), pingpong=median("pingpong"),
+                   stream=median("stream"), reduction=median("reduction"),
+                   concurrent_ratio=statistics.median(ratios) if ratios else None)
 
 
 def _local_add_seconds(x: torch.Tensor, iters: int) -> float:
+    # Every rank adds at once, as in a reduce-scatter or a ring step, where the ranks of one
+    # host share its memory bandwidth: on a 2-core CPU machine two concurrent adds of 32 MiB
+    # took 1.7x to 2x as long as one alone. The median of the slowest rank's times.
     acc = torch.zeros_like(x)
     samples = []
     for _ in range(iters + 1):
+        dist.barrier()
         if x.device.type == "cuda":
             torch.cuda.synchronize(x.device)
         start = time.perf_counter()
@@ -283,7 +332,9 @@ def _local_add_seconds(x: torch.Tensor, iters: int) -> float:
         if x.device.type == "cuda":
             torch.cuda.synchronize(x.device)
         samples.append(time.perf_counter() - start)
-    return statistics.median(samples[1:])
+    mine = torch.tensor([statistics.median(samples[1:])], dtype=torch.float64, device=x.device)
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return float(mine.item())
 
 
 DEFAULT_SIZES = tuple(4 * 4**k for k in range(13))  # 16 B .. 64 MiB

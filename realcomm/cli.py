@@ -26,7 +26,9 @@ from algorithms.bench import (
     BenchRow, add_bench_arguments, config_from_args, format_rows, parse_size, parse_sizes,
 )
 from realcomm.calibrate import DEFAULT_SIZES, Calibration, measure
-from realcomm.bench import BASELINES, ITERS, NATIVE_NAMES, WARMUP_ITERS, RunOptions, bench_rank
+from realcomm.bench import (
+    BASELINES, ITERS, NATIVE_NAMES, TIMINGS, WARMUP_ITERS, RunOptions, bench_rank,
+)
 from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, RealcommError
 from realcomm.launch import backend_for, default_device, in_launcher_env, init_from_env, spawn
 
@@ -91,6 +93,7 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
                           "as nccl-tests)")
     run.add_argument("-n", "--iters", type=int, default=ITERS, metavar="N",
                      help=f"timed runs per size (default {ITERS}, as nccl-tests)")
+    _add_timing_argument(run)
     run.add_argument("--baseline", default="none", choices=BASELINES,
                      help="native: time torch's own collective of the same kind instead")
     run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -136,7 +139,9 @@ def bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     header = [
         f"realcomm bench: {what} on {world_size} ranks, "
         f"{args.backend or backend_for(device)} on {device.type}, {options.iters} timed runs "
-        f"after {options.warmup_iters} warm-up runs, time averaged over ranks",
+        f"after {options.warmup_iters} warm-up runs, "
+        + ("time averaged over ranks" if options.timing == "mean"
+           else "median over runs of the slowest rank's time"),
         "data check: on" if config.check else "data check: off (--check counts wrong "
                                               "elements)",
     ]
@@ -165,7 +170,15 @@ def _options_from_args(args: argparse.Namespace) -> RunOptions:
         slice_bytes = parse_size(args.slice_bytes)
     except ValueError as error:
         raise ValueError(f"--slice-bytes: {error}") from None
-    return RunOptions(args.warmup_iters, args.iters, args.baseline, args.timeout, slice_bytes)
+    return RunOptions(args.warmup_iters, args.iters, args.baseline, args.timeout, slice_bytes,
+                      args.timing)
+
+
+def _add_timing_argument(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument("--timing", default="mean", choices=TIMINGS,
+                        help="mean: elapsed time over the timed runs, as nccl-tests; median: "
+                             "the median run, which a few late runs do not move (default "
+                             "mean)")
 
 
 def _device_from_args(args: argparse.Namespace, default: torch.device) -> torch.device:
@@ -195,6 +208,11 @@ def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("-n", "--iters", type=int, default=20, metavar="N",
                         help="timed runs per size, back to back as realcomm bench times them "
                              "(default 20)")
+    _add_timing_argument(parser)
+    parser.add_argument("--rounds", type=int, default=1, metavar="R",
+                        help="measure every size R times, in turns, and fit the median of "
+                             "each: a slow spell of a busy machine then spoils one round, not "
+                             "the fit (default 1)")
     parser.add_argument("--device", choices=("cpu", "cuda"),
                         help="default: cpu with --nprocs, else cuda if there is one")
     parser.add_argument("--backend", choices=("gloo", "nccl"),
@@ -210,13 +228,16 @@ def calibrate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     sizes = parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     if args.iters < 1:
         raise ValueError(f"--iters must be >= 1, got {args.iters}")
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
     if args.nprocs is not None:
         if args.nprocs < 2:
             raise ValueError(f"--nprocs must be >= 2 to measure links, got {args.nprocs}")
         if in_launcher_env():
             raise ValueError("--nprocs spawns processes itself: do not give it under torchrun")
         device = _device_from_args(args, torch.device("cpu"))
-        result = spawn(measure, args.nprocs, (tuple(sizes), args.iters, 2, str(device)),
+        result = spawn(measure, args.nprocs,
+                       (tuple(sizes), args.iters, 2, str(device), args.timing, args.rounds),
                        device=device, backend=args.backend, timeout=args.timeout)[0]
     else:
         if not in_launcher_env():
@@ -225,7 +246,7 @@ def calibrate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         device = init_from_env(_device_from_args(args, default_device()), args.backend,
                                args.timeout)
         try:
-            result = measure(sizes, args.iters, 2, device)
+            result = measure(sizes, args.iters, 2, device, args.timing, args.rounds)
             dist.barrier()
         finally:
             rank = dist.get_rank()
