@@ -26,12 +26,15 @@ cores), one shared link that every message crosses at p x B (``Calibration.topol
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -39,6 +42,8 @@ from algorithms.collectives import Schedule
 from algorithms.ops import Comm, Recv, Send, Wait
 from realcomm.bench import time_runs
 from realcomm.driver import Driver
+from simcomm.topofile import dump_topology
+from simcomm.topology import Link, Topology
 
 BURST = 8  # messages per stream measurement
 # An exchange this much slower than a one-way message means the two directions share one
@@ -62,6 +67,43 @@ class Fit:
 
 
 @dataclass(frozen=True)
+class LinkFit:
+    """The links in LogGP's terms (Alexandrov et al., 1995): latency L, a gap g that each
+    message holds the link for, and a bandwidth B, per rank's share of a ring step. On a
+    shared medium (``shared``) the p messages of a ring step take turns on one link of
+    bandwidth pB; otherwise each pair has a link each way of bandwidth B. ``errors``: per
+    measurement, the median and largest relative error of the fit over the sizes."""
+
+    latency: float  # seconds
+    gap: float  # seconds
+    bandwidth: float  # bytes/second
+    shared: bool
+    world_size: int
+    errors: Mapping[str, tuple[float, float]]
+
+    def predict(self, what: str, nbytes: float) -> float:
+        """Seconds the model gives a measurement (``exchange``, ``ping-pong`` or ``stream``,
+        per message) of ``nbytes``."""
+        p = self.world_size if self.shared else 1
+        return _link_terms(what, nbytes, p) @ np.array([self.latency, self.gap,
+                                                         1.0 / self.bandwidth])
+
+
+def _link_terms(what: str, nbytes: float, p: int) -> np.ndarray:
+    # The measurement as a linear function of (L, g, 1/B), with p the ranks sharing the
+    # medium (1 for full-duplex links). A ring step: p messages one after another on the
+    # medium, each g + n/(pB); a one-way message: one of them; a stream of BURST messages
+    # back to back: one latency over the burst.
+    if what == "exchange":
+        return np.array([1.0, p, nbytes])
+    if what == "ping-pong":
+        return np.array([1.0, 1.0, nbytes / p])
+    if what == "stream":
+        return np.array([1.0 / BURST, 1.0, nbytes / p])
+    raise ValueError(f"unknown measurement {what!r}")
+
+
+@dataclass(frozen=True)
 class Calibration:
     """Everything measured (seconds per size in bytes) and the fits."""
 
@@ -76,9 +118,10 @@ class Calibration:
     concurrent_ratio: float | None  # time to two peers at once / to one, at the largest size
 
     @property
-    def link(self) -> Fit:
-        """The exchange fitted as alpha + n / B."""
-        return fit_line(self.sizes, self.exchange)
+    def link(self) -> LinkFit:
+        """The links fitted to the exchange and ping-pong times at once (``fit_links``)."""
+        return fit_links(self.sizes, self.exchange, self.pingpong, self.stream,
+                         self.world_size, self.shared_medium)
 
     @property
     def reduce(self) -> Fit:
@@ -103,74 +146,101 @@ class Calibration:
         and direction (the exchange takes well over a one-way message)."""
         return self.duplex_ratio > SHARED_MEDIUM_RATIO
 
+    def topology(self, name: str = "calibrated") -> Topology:
+        """The fitted model. Full-duplex: a link each way between every pair of ranks, at B.
+        Shared medium: every rank's messages cross one link, ``bus.in -> bus.out``, which
+        serves one message at a time at pB (a ring step of p messages then takes
+        L + pg + pn / pB, as measured)."""
+        fit, reduce_bandwidth = self.link, self.reduce.rate
+        gpus = tuple(f"gpu{r}" for r in range(self.world_size))
+        if not fit.shared:
+            links = tuple(Link(a, b, fit.bandwidth, fit.latency, fit.gap)
+                          for a in gpus for b in gpus if a != b)
+            return Topology(name, gpus, links, gpus, (reduce_bandwidth,) * len(gpus))
+        bus = Link("bus.in", "bus.out", self.world_size * fit.bandwidth, fit.latency, fit.gap)
+        links = (tuple(Link(g, "bus.in", math.inf, 0.0) for g in gpus) + (bus,)
+                 + tuple(Link("bus.out", g, math.inf, 0.0) for g in gpus))
+        return Topology(name, gpus + ("bus.in", "bus.out"), links, gpus,
+                        (reduce_bandwidth,) * len(gpus))
+
     def topology_toml(self, name: str = "calibrated") -> str:
-        """The fitted model as a topology file. Full-duplex: ``fully_connected`` with the
-        exchange's alpha and B. Shared medium: every rank's messages cross one link,
-        ``bus.in -> bus.out``, which serves one message at a time at pB (a ring step of p
-        messages then takes alpha + pn / pB, as measured)."""
-        alpha = max(self.link.fixed, 0.0)
-        lines = [
-            f"# {name}: fitted by realcomm calibrate on {self.world_size} ranks ({self.device}), "
-            f"{self.timing} times",
-            f"# exchange fit: alpha + n/B, median error {self.link.median_error:.1%}, "
-            f"largest {self.link.max_error:.1%}; exchange / one-way {self.duplex_ratio:.2f}",
-            f"# reduction fit: n/R, median error {self.reduce.median_error:.1%}, "
-            f"largest {self.reduce.max_error:.1%} of an exchange of the same size",
-            f'name = "{name}"']
-        if not self.shared_medium:
-            return "\n".join(lines + [
-                'kind = "fully_connected"', f"ranks = {self.world_size}",
-                f'bandwidth = "{self.link.rate:.6g}B/s"', f'latency = "{alpha:.6g}s"',
-                f'reduce_bandwidth = "{self.reduce.rate:.6g}B/s"', ""])
-        return "\n".join(lines + [
-            f"gpus = {self.world_size}",
-            'switches = ["bus.in", "bus.out"]',
-            "",
-            "[defaults]",
-            f'reduce_bandwidth = "{self.reduce.rate:.6g}B/s"',
-            'bandwidth = "inf"',
-            'latency = "0s"',
-            "duplex = false",
-            "",
-            "[[link]]",
-            f"src = [{', '.join(f'{chr(34)}gpu{r}{chr(34)}' for r in range(self.world_size))}]",
-            'dst = "bus.in"',
-            "",
-            "[[link]]  # the shared medium: one message at a time, either direction",
-            'src = "bus.in"',
-            'dst = "bus.out"',
-            f'bandwidth = "{self.world_size * self.link.rate:.6g}B/s"',
-            f'latency = "{alpha:.6g}s"',
-            "",
-            "[[link]]",
-            'src = "bus.out"',
-            f"dst = [{', '.join(f'{chr(34)}gpu{r}{chr(34)}' for r in range(self.world_size))}]",
-            ""])
+        """``topology`` as a topology file, with how well the fits hold in its comments."""
+        fit = self.link
+        lines = [f"# {name}: fitted by realcomm calibrate on {self.world_size} ranks "
+                 f"({self.device}), {self.timing} times"]
+        lines += [f"# {what}: median error {median:.1%}, largest {largest:.1%}"
+                  + (" (predicted, not fitted)" if what == "stream" else "")
+                  for what, (median, largest) in fit.errors.items()]
+        lines.append(f"# reduction fit: n/R, median error {self.reduce.median_error:.1%}, "
+                     f"largest {self.reduce.max_error:.1%} of an exchange of the same size")
+        lines.append(f"# exchange / one-way from 1 MiB: {self.duplex_ratio:.2f} -> "
+                     + ("one shared medium" if fit.shared else "full-duplex links"))
+        return "\n".join(lines) + "\n" + dump_topology(self.topology(name))
 
     def format(self) -> str:
-        """The measurements and fits as a table."""
-        lines = [f"{'size (B)':>10} {'exchange':>10} {'fit':>10} {'ping-pong':>10} "
-                 f"{'stream':>10} {'reduce':>10} {'fit':>10}   (microseconds)"]
+        """The measurements beside their fits, and the fitted figures."""
+        fit, reduce = self.link, self.reduce
+        lines = [f"{'size (B)':>10} {'exchange':>9} {'fit':>9} {'ping-pong':>9} {'fit':>9} "
+                 f"{'stream':>9} {'fit':>9} {'reduce':>9} {'fit':>9}   (microseconds)"]
         for i, n in enumerate(self.sizes):
-            lines.append(f"{n:>10} {self.exchange[i] * 1e6:>10.1f} "
-                         f"{self.link.predict(n) * 1e6:>10.1f} {self.pingpong[i] * 1e6:>10.1f} "
-                         f"{self.stream[i] * 1e6:>10.1f} {self.reduction[i] * 1e6:>10.1f} "
-                         f"{self.reduce.predict(n) * 1e6:>10.1f}")
-        lines.append(f"link: alpha {self.link.fixed * 1e6:.2f} us, B {self.link.rate / 1e9:.3f} "
-                     f"GB/s; fit error median {self.link.median_error:.1%}, largest "
-                     f"{self.link.max_error:.1%}")
-        lines.append(f"reduction: R {self.reduce.rate / 1e9:.3f} GB/s (plus "
-                     f"{self.reduce.fixed * 1e6:.2f} us a call, not modelled); fit error as a "
+            lines.append(f"{n:>10} " + " ".join(f"{t * 1e6:>9.1f}" for t in (
+                self.exchange[i], fit.predict("exchange", n), self.pingpong[i],
+                fit.predict("ping-pong", n), self.stream[i], fit.predict("stream", n),
+                self.reduction[i], reduce.predict(n))))
+        medium = (f"one medium shared by the {self.world_size} ranks, at pB = "
+                  f"{self.world_size * fit.bandwidth / 1e9:.3f} GB/s" if fit.shared
+                  else "a full-duplex link per pair and direction")
+        lines.append(f"links: L {fit.latency * 1e6:.2f} us, g {fit.gap * 1e6:.2f} us a message, "
+                     f"B {fit.bandwidth / 1e9:.3f} GB/s a rank; {medium}")
+        lines.append("link fit errors: " + "; ".join(
+            f"{what} median {median:.1%}, largest {largest:.1%}"
+            for what, (median, largest) in fit.errors.items()))
+        lines.append(f"reduction: R {reduce.rate / 1e9:.3f} GB/s (plus "
+                     f"{reduce.fixed * 1e6:.2f} us a call, not modelled); fit error as a "
                      f"share of an exchange of the same size: median "
-                     f"{self.reduce.median_error:.1%}, largest {self.reduce.max_error:.1%}")
-        medium = ("one shared medium: the topology routes every message over one link"
-                  if self.shared_medium else "full-duplex links: fully_connected")
+                     f"{reduce.median_error:.1%}, largest {reduce.max_error:.1%}")
         lines.append(f"exchange / one-way ping-pong from 1 MiB: {self.duplex_ratio:.2f} "
-                     f"(1 = full-duplex, 2 = shared) -> {medium}")
+                     f"(1 = full-duplex, 2 = shared)")
         if self.concurrent_ratio is not None:
             lines.append(f"two peers at once / one peer, largest size: "
                          f"{self.concurrent_ratio:.2f} (1 = independent links, 2 = shared)")
         return "\n".join(lines)
+
+
+def fit_links(sizes: Sequence[int], exchange: Sequence[float], pingpong: Sequence[float],
+              stream: Sequence[float], world_size: int, shared: bool) -> LinkFit:
+    """Least squares of the exchange and ping-pong times at once, on relative error (so
+    that small and large sizes count alike), with L >= 0 and g >= 0: the best of the fits
+    with each of them free or held at 0 that keep them non-negative. The stream is not
+    fitted; its error says how well the fit predicts a third measurement. With full-duplex
+    links an exchange and a one-way message cost alike, L + g + n/B, which cannot tell L from
+    g: the gap is then held at 0."""
+    p = world_size if shared else 1
+    fitted = {"exchange": exchange, "ping-pong": pingpong}
+    rows = np.array([_link_terms(what, n, p) for what in fitted for n in sizes])
+    times = np.concatenate([np.asarray(values, dtype=float) for values in fitted.values()])
+    weighted_rows, ones = rows / times[:, None], np.ones(len(times))
+    best: tuple[float, np.ndarray] | None = None
+    faces = ((0, 1, 2), (1, 2), (0, 2), (2,)) if shared else ((0, 2), (2,))
+    for free in faces:
+        solution = np.zeros(3)
+        solution[list(free)] = np.linalg.lstsq(weighted_rows[:, free], ones, rcond=None)[0]
+        if solution[0] < 0 or solution[1] < 0 or not solution[2] > 0:
+            continue
+        residual = float(np.sum((weighted_rows @ solution - ones) ** 2))
+        if best is None or residual < best[0]:
+            best = (residual, solution)
+    if best is None:
+        raise ValueError("the measured times do not grow with size: too noisy to fit; "
+                         "measure more iterations or larger sizes")
+    latency, gap, inverse_bandwidth = best[1]
+    errors = {}
+    for what, values in {**fitted, "stream": stream}.items():
+        relative = [abs(_link_terms(what, n, p) @ best[1] - t) / t
+                    for n, t in zip(sizes, values)]
+        errors[what] = (statistics.median(relative), max(relative))
+    return LinkFit(float(latency), float(gap), float(1.0 / inverse_bandwidth), shared,
+                   world_size, MappingProxyType(errors))
 
 
 def fit_line(sizes: Sequence[int], seconds: Sequence[float],

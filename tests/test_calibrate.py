@@ -8,10 +8,12 @@ import math
 
 import pytest
 
-from realcomm.calibrate import fit_line
+from algorithms import Recv, Send, Wait
+from realcomm.calibrate import BURST, Calibration, combine, fit_line, fit_links
 from realcomm.cli import main as realcomm_main
+from simcomm import SizeOnly, simulate
 from simcomm.cli import main as simcomm_main
-from simcomm.topofile import load_topology
+from simcomm.topofile import load_topology, parse_topology
 
 
 def test_fit_recovers_a_line_and_refuses_nonsense() -> None:
@@ -25,16 +27,68 @@ def test_fit_recovers_a_line_and_refuses_nonsense() -> None:
         fit_line([64, 64], [1e-3, 1e-3])
 
 
+SIZES = (16, 1024, 65536, 2**20, 4 * 2**20)
+
+
+def loggp_calibration(latency: float, gap: float, bandwidth: float, p: int) -> Calibration:
+    """Exact times of a shared medium with these LogGP figures."""
+    return Calibration(
+        p, "cpu", "median", SIZES,
+        exchange=tuple(latency + p * gap + n / bandwidth for n in SIZES),
+        pingpong=tuple(latency + gap + n / (p * bandwidth) for n in SIZES),
+        stream=tuple(latency / BURST + gap + n / (p * bandwidth) for n in SIZES),
+        reduction=tuple(1e-6 + n / 10e9 for n in SIZES), concurrent_ratio=None)
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_fit_links_recovers_loggp_figures_of_a_shared_medium(p) -> None:
+    calibration = loggp_calibration(150e-6, 100e-6, 1.5e9, p)
+    fit = fit_links(SIZES, calibration.exchange, calibration.pingpong, calibration.stream, p,
+                    shared=True)
+    assert (fit.latency, fit.gap, fit.bandwidth) == (
+        pytest.approx(150e-6), pytest.approx(100e-6), pytest.approx(1.5e9))
+    assert all(largest < 1e-9 for _, largest in fit.errors.values())
+
+
+def test_the_fitted_topology_simulates_what_was_measured() -> None:
+    # The topology file's shared medium must give back the measured ring step and one-way
+    # message: the engine's gap and the fit's LogGP terms must agree.
+    calibration = loggp_calibration(150e-6, 100e-6, 1.5e9, 2)
+    assert calibration.shared_medium
+    topology = parse_topology(calibration.topology_toml())
+    n = 4 * 2**20
+
+    def ring_step(comm, x):
+        sent = yield Send((comm.rank + 1) % comm.size, x)
+        yield Wait(sent, (yield Recv((comm.rank - 1) % comm.size, SizeOnly(n // 4))))
+
+    def one_way(comm, x):
+        yield Wait((yield Send(1, x)) if comm.rank == 0 else (yield Recv(0, x)))
+
+    buffers = [SizeOnly(n // 4)] * 2
+    assert simulate(ring_step, buffers, topology).time == pytest.approx(calibration.exchange[-1])
+    assert simulate(one_way, buffers, topology).time == pytest.approx(calibration.pingpong[-1])
+
+
+def test_combine_takes_the_median_per_size() -> None:
+    runs = [loggp_calibration(latency, 100e-6, 1.5e9, 2) for latency in (1e-4, 9e-4, 2e-4)]
+    combined = combine(runs)
+    assert combined.exchange == runs[2].exchange
+    with pytest.raises(ValueError, match="share world size"):
+        combine([runs[0], loggp_calibration(1e-4, 1e-4, 1.5e9, 4)])
+
+
 def test_calibrate_then_validate(tmp_path, capsys, monkeypatch) -> None:
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     topology_file = tmp_path / "calibrated.toml"
     # Sizes far apart, so that the time grows with size however noisy the machine is.
     code = realcomm_main(["calibrate", "--nprocs", "2", "--out", str(topology_file),
-                          "--sizes", "4KiB,1MiB,4MiB", "-n", "3"])
+                          "--sizes", "4KiB,1MiB,4MiB", "-n", "3", "--timing", "median",
+                          "--rounds", "2"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "link: alpha" in out and f"wrote {topology_file}" in out
+    assert "links: L" in out and f"wrote {topology_file}" in out
     topology = load_topology(topology_file)
     assert topology.size == 2
     # Full-duplex (a link each way) or a shared medium (feeder links of infinite bandwidth
@@ -48,7 +102,8 @@ def test_calibrate_then_validate(tmp_path, capsys, monkeypatch) -> None:
     measured = {}
     for algorithm in ("ring_allreduce", "all_gather"):
         code = realcomm_main(["bench", "--nprocs", "2", "--algorithm", algorithm, "--sizes",
-                              "4KiB,64KiB", "--format", "csv", "-w", "1", "-n", "3"])
+                              "4KiB,64KiB", "--format", "csv", "-w", "1", "-n", "3",
+                              "--timing", "median"])
         out, err = capsys.readouterr()
         assert code == 0, err
         measured[algorithm] = tmp_path / f"{algorithm}.csv"
