@@ -116,6 +116,21 @@ def test_calibrate_then_validate(tmp_path, capsys, monkeypatch) -> None:
     assert "median |err|" in "\n".join(report)
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--nprocs", "1"], "--nprocs must be >= 2"),
+    (["--nprocs", "2", "--rounds", "0"], "--rounds must be >= 1"),
+    (["--nprocs", "2", "-n", "0"], "--iters must be >= 1"),
+    (["--nprocs", "2", "--timing", "mode"], "argument --timing: invalid choice"),
+])
+def test_calibrate_mistakes_are_one_line(args, message, tmp_path, capsys, monkeypatch) -> None:
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert realcomm_main(["calibrate", "--out", str(tmp_path / "t.toml"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert not (tmp_path / "t.toml").exists()
+
+
 def test_validate_mistakes_are_one_line(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("size,time\n1,2\n")

@@ -108,6 +108,8 @@ def test_an_op_that_gloo_lacks_is_one_line_not_a_crash(capsys: pytest.CaptureFix
      "--backend nccl needs CUDA tensors"),
     (["--algorithm", "ring_allreduce", "--nprocs", "2", "--baseline", "mpi"],
      "argument --baseline: invalid choice"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "--timing", "mode"],
+     "argument --timing: invalid choice"),
 ])
 def test_mistakes_print_one_line_and_exit_2(args: list[str], message: str,
                                             capsys: pytest.CaptureFixture[str],
