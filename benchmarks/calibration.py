@@ -57,7 +57,7 @@ def rounds_on_rank(rounds: int, minbytes: str, maxbytes: str, iters: int, timing
     options = RunOptions(iters=iters, timing=timing)
     out = []
     for r in range(rounds):
-        calibration = measure(DEFAULT_SIZES, iters, 2, "cpu", timing)
+        calibration = measure(DEFAULT_SIZES, iters, timing=timing)
         # Start each round at another collective, so none is always first.
         turn = configs[r % len(configs):] + configs[:r % len(configs)]
         rows = {c.collective.name: bench_rank(c, options, torch.device("cpu")) for c in turn}

@@ -1,27 +1,28 @@
 """Measure what the simulator's cost model needs on the machine at hand, fit it, and write a
 topology file that ``simcomm`` loads.
 
-The model (``simcomm.engine``): a message of n bytes costs alpha + n / B on its link, and a
-receive that reduces costs n / R more on the receiver. Measured here, each through the
-realcomm driver, so that the driver's own cost per step is part of what is fitted:
+The model (``simcomm.engine``): a message of n bytes holds each link of its route for
+gap + n / bandwidth and arrives a latency later; a receive that reduces costs n / R more on
+the receiver. Measured here, each through the realcomm driver, so that the driver's own
+cost per message is part of what is fitted:
 
 * exchange: every rank sends n bytes to its right neighbour and receives n bytes from its
   left at once, the step of a ring (on two ranks, a pairwise exchange), so that it is
-  measured under the contention the collectives meet; fitted as alpha + n / B by least
-  squares on relative error, so that bytes and tens of MiB weigh alike;
-* ping-pong and stream (one way, back to back): reported beside it, to show whether the
-  links are full-duplex (an exchange as fast as a one-way message) and how far pipelining
-  gets;
+  measured under the contention the collectives meet;
+* ping-pong: half a round trip between ranks 0 and 1, in one run, as dependent one-way
+  messages follow each other in a collective;
+* stream: 8 messages one way, back to back; not fitted, a check of the fit;
 * concurrent sends: rank 0 sends n bytes to two peers at once, against one peer (world size
   3 or more): whether a rank's sends share its bandwidth;
 * local reduction: ``add_`` of n bytes into n bytes on the tensor's device, on every rank
   at once (on one host they share its memory bandwidth); fitted as n / R plus a fixed cost,
   weighed against the exchange of the same size.
 
-The fitted topology gives every rank the reduction rate R, and its links the exchange's
-alpha: ``fully_connected`` at B when the links are full-duplex, or, when an exchange takes
-well over a one-way message (the directions share one medium, as over loopback on few
-cores), one shared link that every message crosses at p x B (``Calibration.topology_toml``).
+The links are fitted to the exchange and the ping-pong at once as LogGP's latency L, gap g
+and bandwidth B (``fit_links``). When an exchange takes well over a one-way message (the
+directions share one medium, as over loopback on few cores) the topology routes every
+message over one shared link at p x B; otherwise each pair of ranks gets a link each way at
+B (``Calibration.topology``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import torch.distributed as dist
 
 from algorithms.collectives import Schedule
 from algorithms.ops import Comm, Recv, Send, Wait
-from realcomm.bench import time_runs
+from realcomm.bench import WARMUP_ITERS, time_runs
 from realcomm.driver import Driver
 from simcomm.topofile import dump_topology
 from simcomm.topology import Link, Topology
@@ -276,6 +277,17 @@ def _ring_step(comm: Comm, x: torch.Tensor, out: torch.Tensor) -> Schedule:
     yield Wait(sent, received)
 
 
+def _round_trip(comm: Comm, x: torch.Tensor, out: torch.Tensor) -> Schedule:
+    # Rank 0 sends to rank 1, which sends back once it has the message: two dependent
+    # one-way messages in one run, as a reduce then a broadcast chain them.
+    if comm.rank == 0:
+        yield Wait((yield Send(1, x)))
+        yield Wait((yield Recv(1, out)))
+    elif comm.rank == 1:
+        yield Wait((yield Recv(0, out)))
+        yield Wait((yield Send(0, x)))
+
+
 def _one_way(comm: Comm, x: torch.Tensor, src: int, dst: int, out: Sequence[torch.Tensor]
              ) -> Schedule:
     # One message of x from src to dst per buffer of ``out``, all posted at once.
@@ -306,7 +318,7 @@ def _timed(run: Callable[[], Any], iters: int, warmup: int, device: torch.device
     return time_runs(lambda check_args: run(), warmup, iters, device, timing)
 
 
-def measure(sizes: Sequence[int], iters: int = 20, warmup: int = 2,
+def measure(sizes: Sequence[int], iters: int = 20, warmup: int = WARMUP_ITERS,
             device: torch.device | str = "cpu", timing: str = "mean", rounds: int = 1
             ) -> Calibration:
     """Measure on this process group (collective: every rank calls it).
@@ -341,8 +353,7 @@ def _measure_round(driver: Driver, sizes: Sequence[int], iters: int, warmup: int
             driver.run(_ring_step, x, out=out, check_args=False)
 
         def round_trip() -> None:
-            driver.run(_one_way, x, src=0, dst=1, out=[out], check_args=False)
-            driver.run(_one_way, x, src=1, dst=0, out=[out], check_args=False)
+            driver.run(_round_trip, x, out=out, check_args=False)
 
         def burst() -> None:
             driver.run(_one_way, x, src=0, dst=1, out=burst_out, check_args=False)

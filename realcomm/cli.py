@@ -237,7 +237,8 @@ def calibrate(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise ValueError("--nprocs spawns processes itself: do not give it under torchrun")
         device = _device_from_args(args, torch.device("cpu"))
         result = spawn(measure, args.nprocs,
-                       (tuple(sizes), args.iters, 2, str(device), args.timing, args.rounds),
+                       (tuple(sizes), args.iters, WARMUP_ITERS, str(device), args.timing,
+                        args.rounds),
                        device=device, backend=args.backend, timeout=args.timeout)[0]
     else:
         if not in_launcher_env():
@@ -246,7 +247,7 @@ def calibrate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         device = init_from_env(_device_from_args(args, default_device()), args.backend,
                                args.timeout)
         try:
-            result = measure(sizes, args.iters, 2, device, args.timing, args.rounds)
+            result = measure(sizes, args.iters, WARMUP_ITERS, device, args.timing, args.rounds)
             dist.barrier()
         finally:
             rank = dist.get_rank()
