@@ -15,9 +15,11 @@ status 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,6 +27,7 @@ import torch.distributed as dist
 from algorithms.bench import (
     BenchRow, add_bench_arguments, config_from_args, format_rows, parse_size, parse_sizes,
 )
+from algorithms.cli import Parser, run_command
 from realcomm.calibrate import DEFAULT_SIZES, Calibration, measure
 from realcomm.bench import (
     BASELINES, ITERS, NATIVE_NAMES, TIMINGS, WARMUP_ITERS, RunOptions, bench_rank,
@@ -32,38 +35,20 @@ from realcomm.bench import (
 from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, RealcommError
 from realcomm.launch import backend_for, default_device, in_launcher_env, init_from_env, spawn
 
-USAGE_ERROR = 2
-
-
-class _UsageError(Exception):
-    """A command-line mistake that argparse found."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a mistake raises instead of printing the usage and exiting, so that
-    every error leaves the same way: one line and status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _UsageError(f"{message} (see {self.prog} --help)")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``realcomm`` command line on ``argv`` (default ``sys.argv[1:]``); return the
     exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-        code = args.run(args, argv)
-    except (_UsageError, ValueError, RuntimeError, RealcommError) as error:
-        message = " ".join(str(error).split())
-        print(f"realcomm: error: {message}", file=sys.stderr)
-        code = USAGE_ERROR
-    return code
+    args_list = list(sys.argv[1:] if argv is None else argv)
+
+    def command() -> int:
+        args = build_parser().parse_args(args_list)
+        return args.run(args, args_list)
+    return run_command("realcomm", command, (ValueError, RuntimeError, RealcommError))
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand."""
-    parser = _Parser(prog="realcomm",
+    parser = Parser(prog="realcomm",
                      description="Run collective-communication algorithms over "
                                  "torch.distributed.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -109,30 +94,11 @@ def bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``realcomm bench``: time the collective at every size and print the rows."""
     config = config_from_args(args)
     options = _options_from_args(args)
-    if args.nprocs is not None:
-        if args.nprocs < 1:
-            raise ValueError(f"--nprocs must be >= 1, got {args.nprocs}")
-        if in_launcher_env():
-            raise ValueError("--nprocs spawns processes itself: do not give it under torchrun")
-        device = _device_from_args(args, torch.device("cpu"))
-        config.check_world(args.nprocs)
-        rows = spawn(_bench_process, args.nprocs, (list(argv),), device=device,
-                     backend=args.backend, timeout=options.timeout)[0]
-        world_size = args.nprocs
-    else:
-        if not in_launcher_env():
-            raise ValueError("no torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, "
-                             "MASTER_PORT): start under torchrun, or give --nprocs N")
-        device = _device_from_args(args, default_device())
-        device = init_from_env(device, args.backend, options.timeout)
-        try:
-            rows = bench_rank(config, options, device)
-            world_size, rank = dist.get_world_size(), dist.get_rank()
-            dist.barrier()  # no rank tears its group down while a peer still uses it
-        finally:
-            dist.destroy_process_group()
-        if rank != 0:
-            return 0
+    ran = _on_every_rank(args, _bench_process, (list(argv),), minimum=1,
+                         timeout=options.timeout, check_world=config.check_world)
+    if ran is None:
+        return 0
+    rows, world_size, device = ran
     what = (f"torch's {NATIVE_NAMES[config.collective.kind]} (baseline for "
             f"{config.collective.name})" if options.baseline == "native"
             else config.collective.name)
@@ -153,11 +119,10 @@ def bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _bench_process(argv: list[str]) -> list[BenchRow]:
-    """One spawned rank: the same arguments, parsed again here (they were checked)."""
+def _bench_process(argv: list[str], device: torch.device) -> list[BenchRow]:
+    """One rank: the same arguments, parsed again here (they were checked)."""
     args = build_parser().parse_args(argv)
-    device = torch.device("cpu")
-    if (args.device or "cpu") == "cuda":
+    if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return bench_rank(config_from_args(args), _options_from_args(args), device)
 
@@ -188,6 +153,37 @@ def _device_from_args(args: argparse.Namespace, default: torch.device) -> torch.
     if args.backend == "nccl" and device.type != "cuda":
         raise ValueError("--backend nccl needs CUDA tensors: give --device cuda")
     return device
+
+
+def _on_every_rank(args: argparse.Namespace, fn: Callable[..., Any], fn_args: tuple[Any, ...],
+                   *, minimum: int, timeout: float, reason: str = "",
+                   check_world: Callable[[int], None] | None = None, **fn_kwargs: Any
+                   ) -> tuple[Any, int, torch.device] | None:
+    """Run ``fn(*fn_args, device, **fn_kwargs)`` on every rank: in ``--nprocs`` spawned
+    processes, or in this one under torchrun. Rank 0's result, the world size and the
+    device; None on the other ranks under torchrun."""
+    if args.nprocs is not None:
+        if args.nprocs < minimum:
+            raise ValueError(f"--nprocs must be >= {minimum}{reason}, got {args.nprocs}")
+        if in_launcher_env():
+            raise ValueError("--nprocs spawns processes itself: do not give it under torchrun")
+        if check_world is not None:
+            check_world(args.nprocs)
+        device = _device_from_args(args, torch.device("cpu"))
+        result = spawn(functools.partial(fn, **fn_kwargs), args.nprocs, (*fn_args, device),
+                       device=device, backend=args.backend, timeout=timeout)[0]
+        return result, args.nprocs, device
+    if not in_launcher_env():
+        raise ValueError("no torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, "
+                         "MASTER_PORT): start under torchrun, or give --nprocs N")
+    device = init_from_env(_device_from_args(args, default_device()), args.backend, timeout)
+    try:
+        result = fn(*fn_args, device, **fn_kwargs)
+        world_size, rank = dist.get_world_size(), dist.get_rank()
+        dist.barrier()  # no rank tears its group down while a peer still uses it
+    finally:
+        dist.destroy_process_group()
+    return (result, world_size, device) if rank == 0 else None
 
 
 # -- calibrate --------------------------------------------------------------------------
@@ -230,31 +226,11 @@ def calibrate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise ValueError(f"--iters must be >= 1, got {args.iters}")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
-    if args.nprocs is not None:
-        if args.nprocs < 2:
-            raise ValueError(f"--nprocs must be >= 2 to measure links, got {args.nprocs}")
-        if in_launcher_env():
-            raise ValueError("--nprocs spawns processes itself: do not give it under torchrun")
-        device = _device_from_args(args, torch.device("cpu"))
-        result = spawn(measure, args.nprocs,
-                       (tuple(sizes), args.iters, WARMUP_ITERS, str(device), args.timing,
-                        args.rounds),
-                       device=device, backend=args.backend, timeout=args.timeout)[0]
-    else:
-        if not in_launcher_env():
-            raise ValueError("no torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, "
-                             "MASTER_PORT): start under torchrun, or give --nprocs N")
-        device = init_from_env(_device_from_args(args, default_device()), args.backend,
-                               args.timeout)
-        try:
-            result = measure(sizes, args.iters, WARMUP_ITERS, device, args.timing, args.rounds)
-            dist.barrier()
-        finally:
-            rank = dist.get_rank()
-            dist.destroy_process_group()
-        if rank != 0:
-            return 0
-    _report_calibration(result, args.out)
+    ran = _on_every_rank(args, measure, (tuple(sizes), args.iters, WARMUP_ITERS),
+                         minimum=2, reason=" to measure links", timeout=args.timeout,
+                         timing=args.timing, rounds=args.rounds)
+    if ran is not None:
+        _report_calibration(ran[0], args.out)
     return 0
 
 

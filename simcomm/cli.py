@@ -21,7 +21,6 @@ arguments, simulator errors and a ``--check`` too large for memory print one lin
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from algorithms.bench import (
     add_bench_arguments, buffer_count, config_from_args, format_rows, parse_size, parse_sizes,
     size_range,
 )
+from algorithms.cli import Parser, UsageError, run_command
 from simcomm.buffers import SizeOnly
 from simcomm.engine import SimResult, SimulationError, simulate
 from simcomm.presets import describe, list_presets
@@ -47,40 +47,18 @@ from simcomm.train_cli import add_ddp_parser, add_fsdp_parser, run_ddp, run_fsdp
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
 from simcomm.units import parse_bandwidth, parse_seconds
 
-USAGE_ERROR = 2
-
-
-class _UsageError(Exception):
-    """A command-line mistake that argparse found."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a mistake raises instead of printing the usage and exiting, so that
-    every error leaves the same way: one line and status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _UsageError(f"{message} (see {self.prog} --help)")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``simcomm`` command line on ``argv`` (default ``sys.argv[1:]``); return the
     exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
+    def command() -> int:
+        args = build_parser().parse_args(argv)
         return args.run(args)
-    except BrokenPipeError:  # the reader left (simcomm ... | head): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except (_UsageError, ValueError, SimulationError, MemoryError, OSError) as error:
-        message = " ".join(str(error).split())
-        print(f"simcomm: error: {message}", file=sys.stderr)
-        return USAGE_ERROR
+    return run_command("simcomm", command, (ValueError, SimulationError, MemoryError, OSError))
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand."""
-    parser = _Parser(prog="simcomm", description="Simulate collective communication.")
+    parser = Parser(prog="simcomm", description="Simulate collective communication.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_bench_parser(commands)
     _add_topo_parser(commands)
@@ -190,7 +168,7 @@ def _save_timeline(result: SimResult, title: str, path: str) -> None:
     try:
         from simcomm.plots import save_png, timeline_figure
     except ImportError:
-        raise _UsageError("--timeline needs matplotlib: pip install 'simcomm[plot]'") from None
+        raise UsageError("--timeline needs matplotlib: pip install 'simcomm[plot]'") from None
     save_png(timeline_figure(result, title), path)
 
 
@@ -203,7 +181,7 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
         missing = [f"--{flag}" for flag in ("ranks", "topology", "bandwidth", "latency")
                    if getattr(args, flag) is None]
         if missing:
-            raise _UsageError(f"the following arguments are required: {', '.join(missing)} "
+            raise UsageError(f"the following arguments are required: {', '.join(missing)} "
                               "(see simcomm bench --help)")
         return _builder_from_args(args)
     topology = load_named_topology(args.topology)
