@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from algorithms import Recv, Send, Wait
 from realcomm.calibrate import BURST, Calibration, combine, fit_line, fit_links
@@ -40,14 +42,18 @@ def loggp_calibration(latency: float, gap: float, bandwidth: float, p: int) -> C
         reduction=tuple(1e-6 + n / 10e9 for n in SIZES), concurrent_ratio=None)
 
 
-@pytest.mark.parametrize("p", [2, 4])
-def test_fit_links_recovers_loggp_figures_of_a_shared_medium(p) -> None:
-    calibration = loggp_calibration(150e-6, 100e-6, 1.5e9, p)
+@given(latency=st.floats(0, 1e-3), gap=st.floats(0, 1e-3), bandwidth=st.floats(1e8, 1e11),
+       p=st.integers(2, 8))
+@example(latency=150e-6, gap=100e-6, bandwidth=1.5e9, p=2)
+def test_fit_links_recovers_loggp_figures_of_a_shared_medium(latency, gap, bandwidth, p
+                                                             ) -> None:
+    calibration = loggp_calibration(latency, gap, bandwidth, p)
     fit = fit_links(SIZES, calibration.exchange, calibration.pingpong, calibration.stream, p,
                     shared=True)
-    assert (fit.latency, fit.gap, fit.bandwidth) == (
-        pytest.approx(150e-6), pytest.approx(100e-6), pytest.approx(1.5e9))
-    assert all(largest < 1e-9 for _, largest in fit.errors.values())
+    assert fit.bandwidth == pytest.approx(bandwidth, rel=1e-6)
+    assert fit.latency == pytest.approx(latency, rel=1e-6, abs=1e-12)
+    assert fit.gap == pytest.approx(gap, rel=1e-6, abs=1e-12)
+    assert all(largest < 1e-6 for _, largest in fit.errors.values())
 
 
 def test_the_fitted_topology_simulates_what_was_measured() -> None:
