@@ -17,8 +17,8 @@ from algorithms.ops import (
 
 __all__ = [
     "AVG", "MAX", "MIN", "PROD", "SUM", "COLLECTIVES", "Alloc", "Collective", "Comm", "Compute",
-    "Copy", "Divide", "Footprint", "Join", "Op", "Recv", "ReduceOp", "Send", "Spawn", "Wait", "all_gather",
-    "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds", "get_collective", "reduce",
-    "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "split_even",
-    "split_sizes",
+    "Copy", "Divide", "Footprint", "Join", "Op", "Recv", "ReduceOp", "Send", "Spawn", "Wait",
+    "all_gather", "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds",
+    "get_collective", "reduce", "reduce_broadcast_allreduce", "reduce_scatter",
+    "ring_allreduce", "split_even", "split_sizes",
 ]

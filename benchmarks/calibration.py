@@ -31,7 +31,9 @@ from pathlib import Path
 
 import torch
 
-from algorithms.bench import BenchConfig, BenchRow, add_bench_arguments, config_from_args, format_rows
+from algorithms.bench import (
+    BenchConfig, BenchRow, add_bench_arguments, config_from_args, format_rows,
+)
 from realcomm.bench import TIMINGS, RunOptions, bench_rank
 from realcomm.calibrate import DEFAULT_SIZES, Calibration, combine, measure
 from realcomm.launch import spawn

@@ -24,7 +24,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from algorithms.bench import BenchConfig, BenchRow, bench_row, buffer_count, check_inputs, count_wrong
+from algorithms.bench import (
+    BenchConfig, BenchRow, bench_row, buffer_count, check_inputs, count_wrong,
+)
 from algorithms.catalog import Collective
 from algorithms.ops import ReduceOp
 from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, Driver

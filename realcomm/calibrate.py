@@ -166,14 +166,14 @@ class Calibration:
 
     def topology_toml(self, name: str = "calibrated") -> str:
         """``topology`` as a topology file, with how well the fits hold in its comments."""
-        fit = self.link
+        fit, reduce = self.link, self.reduce
         lines = [f"# {name}: fitted by realcomm calibrate on {self.world_size} ranks "
                  f"({self.device}), {self.timing} times"]
         lines += [f"# {what}: median error {median:.1%}, largest {largest:.1%}"
                   + (" (predicted, not fitted)" if what == "stream" else "")
                   for what, (median, largest) in fit.errors.items()]
-        lines.append(f"# reduction fit: n/R, median error {self.reduce.median_error:.1%}, "
-                     f"largest {self.reduce.max_error:.1%} of an exchange of the same size")
+        lines.append(f"# reduction fit: n/R, median error {reduce.median_error:.1%}, "
+                     f"largest {reduce.max_error:.1%} of an exchange of the same size")
         lines.append(f"# exchange / one-way from 1 MiB: {self.duplex_ratio:.2f} -> "
                      + ("one shared medium" if fit.shared else "full-duplex links"))
         return "\n".join(lines) + "\n" + dump_topology(self.topology(name))

@@ -49,8 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand."""
     parser = Parser(prog="realcomm",
-                     description="Run collective-communication algorithms over "
-                                 "torch.distributed.")
+                    description="Run collective-communication algorithms over "
+                                "torch.distributed.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_bench_parser(commands)
     _add_calibrate_parser(commands)

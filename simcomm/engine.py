@@ -70,8 +70,8 @@ class TraceEvent(NamedTuple):
     arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide``,
     ``compute``, ``task`` (a spawned task, from its ``Spawn`` to its end; labelled with its
     generator's name) or ``footprint`` (an instant: ``nbytes`` more memory held, or fewer if
-    negative, from ``start`` on). ``message`` numbers the message a send, receive or reduction belongs to
-    (in send order, from 0; -1 for local work); ``label`` is the op's."""
+    negative, from ``start`` on). ``message`` numbers the message a send, receive or
+    reduction belongs to (in send order, from 0; -1 for local work); ``label`` is the op's."""
 
     kind: str
     rank: int

@@ -156,7 +156,8 @@ def ring(ranks: int, bandwidth: float, latency: float, reduce_bandwidth: float =
     for i, j in sorted(pairs):
         if i != j:
             links += _duplex(gpus[i], gpus[j], bandwidth, latency)
-    return Topology("ring", tuple(gpus), tuple(links), tuple(gpus), _reduce_bw(ranks, reduce_bandwidth))
+    return Topology("ring", tuple(gpus), tuple(links), tuple(gpus),
+                    _reduce_bw(ranks, reduce_bandwidth))
 
 
 def fully_connected(ranks: int, bandwidth: float, latency: float,
