@@ -7,7 +7,6 @@ results, ``None`` where a rank has no defined result.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import reduce as fold
 
 import numpy as np
 

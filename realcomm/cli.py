@@ -28,6 +28,7 @@ from algorithms.bench import (
     BenchRow, add_bench_arguments, config_from_args, format_rows, parse_size, parse_sizes,
 )
 from algorithms.cli import Parser, run_command
+from algorithms.protocol import AlgorithmError
 from realcomm.calibrate import DEFAULT_SIZES, Calibration, measure
 from realcomm.bench import (
     BASELINES, ITERS, NATIVE_NAMES, TIMINGS, WARMUP_ITERS, RunOptions, bench_rank,
@@ -43,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def command() -> int:
         args = build_parser().parse_args(args_list)
         return args.run(args, args_list)
-    return run_command("realcomm", command, (ValueError, RuntimeError, RealcommError))
+    return run_command("realcomm", command,
+                       (ValueError, RuntimeError, AlgorithmError, RealcommError))
 
 
 def build_parser() -> argparse.ArgumentParser:

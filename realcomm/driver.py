@@ -55,11 +55,11 @@ import torch
 import torch.distributed as dist
 
 from algorithms.buffers import chunk_bounds
-from algorithms.ops import (
-    Alloc, Comm, Compute, Copy, Divide, Footprint, Join, Recv, ReduceOp, Send, Spawn, Wait,
+from algorithms.ops import Alloc, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Wait
+from algorithms.protocol import (
+    BLOCKED, MAIN_CHANNEL, Handle, Interpreter, ProtocolError, Task,
 )
 
-MAIN_CHANNEL = 0
 DEFAULT_TIMEOUT = 300.0  # seconds
 # Messages above slice_bytes travel as slices of about that size. Off by default: on two
 # CPU cores over loopback gloo, 1 and 4 MiB slices brought ring all-reduce no steady gain
@@ -71,11 +71,8 @@ _all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 
 
 class RealcommError(Exception):
-    """Base of every error the driver raises about a run."""
-
-
-class ProtocolError(RealcommError):
-    """An algorithm misused the ops: bad peer, handle waited twice, task not joined, ..."""
+    """Base of the errors of a real run that are not the algorithm's (those are
+    ``algorithms.protocol.AlgorithmError``): the ranks disagree, a peer failed."""
 
 
 class ArgumentMismatchError(RealcommError):
@@ -265,56 +262,40 @@ def _span(buf: torch.Tensor) -> tuple[torch.device, int, int]:
     return buf.device, start, start + buf.numel() * buf.element_size()
 
 
-class _Handle:
+class _Handle(Handle):
     """A posted Send or Recv, and the slices it travels in once flushed."""
 
-    __slots__ = ("task", "is_send", "peer", "buf", "reduce", "span", "scratch", "pieces",
-                 "waited")
+    __slots__ = ("span", "scratch", "pieces")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: torch.Tensor,
-                 reduce: ReduceOp | None) -> None:
-        self.task, self.is_send, self.peer, self.buf, self.reduce = (
-            task, is_send, peer, buf, reduce)
+                 reduce: ReduceOp | None, label: str) -> None:
+        super().__init__(task, is_send, peer, buf, reduce, label)
         self.span = _span(buf)
         self.scratch: torch.Tensor | None = None  # where the data lands, if not in buf
         self.pieces: list[tuple[tuple[Any, ...], int, int]] = []  # (works, start, stop)
-        self.waited = False
 
     def overlaps(self, other: _Handle) -> bool:
         (dev_a, lo_a, hi_a), (dev_b, lo_b, hi_b) = self.span, other.span
         return dev_a == dev_b and lo_a < hi_b and lo_b < hi_a and lo_a < hi_a and lo_b < hi_b
 
-    def describe(self) -> str:
-        what = "Send to" if self.is_send else "Recv from"
-        return (f"{what} rank {self.peer} on channel {self.task.channel!r} "
-                f"({len(self.buf)} x {self.buf.dtype})")
 
+class _Task(Task):
+    __slots__ = ("group", "queued")
 
-class _Task:
-    __slots__ = ("channel", "group", "gen", "queued", "outstanding", "children", "done",
-                 "result", "joined", "joiners")
-
-    def __init__(self, channel: Hashable, group: Any, gen: Generator[Any, Any, Any]) -> None:
-        self.channel, self.group, self.gen = channel, group, gen
+    def __init__(self, rank: int, channel: Hashable, group: Any,
+                 gen: Generator[Any, Any, Any]) -> None:
+        super().__init__(rank, channel, gen)
+        self.group = group
         self.queued: list[_Handle] = []  # posted by the algorithm, not yet given to torch
-        self.outstanding: dict[int, _Handle] = {}  # posted, not yet waited
-        self.children: list[_Task] = []
-        self.done = False
-        self.result: Any = None
-        self.joined = False
-        self.joiners: list[_Task] = []
 
 
-_BLOCKED = object()
-
-
-class _Run:
+class _Run(Interpreter):
     """The state of one ``Driver.run``: its tasks and who is blocked on what."""
 
     def __init__(self, driver: Driver) -> None:
+        super().__init__(driver.comm.size)
         self.driver = driver
         self.rank = driver.comm.rank
-        self.size = driver.comm.size
         self.global_ranks = driver._global_ranks
         self.ready: deque[tuple[_Task, Any]] = deque()
         self.waiting: list[tuple[_Task, tuple[_Handle, ...], float]] = []
@@ -322,25 +303,19 @@ class _Run:
         self.sequence = itertools.count()
         self.compute_free = 0.0  # when this rank's compute stream is next free
         self.outstanding: dict[int, _Handle] = {}  # every task's handles, posted and flushed
-        self.live_channels: set[Hashable] = set()
         self.finished: queue.SimpleQueue[tuple[_Task, tuple[_Handle, ...],
                                                BaseException | None]] = queue.SimpleQueue()
         self.helpers = 0
-        self.handlers: dict[type, Callable[[_Task, Any], Any]] = {
-            Send: self._send, Recv: self._recv, Wait: self._wait, Compute: self._compute,
-            Copy: self._copy, Divide: self._divide, Alloc: self._alloc, Spawn: self._spawn,
-            Footprint: self._footprint,
-            Join: self._join,
-        }
 
     # -- scheduling ------------------------------------------------------------------------
 
     def execute(self, gen: Generator[Any, Any, Any]) -> Any:
-        main = self._start(gen, MAIN_CHANNEL)
+        main = self.open_task(self.rank, gen, MAIN_CHANNEL)
+        self.ready.append((main, None))
         while not main.done:
             while self.ready:
                 task, value = self.ready.popleft()
-                self._step(task, value)
+                self.step(task, value)
             if not main.done:
                 self._block()
         return main.result
@@ -384,81 +359,44 @@ class _Run:
         else:
             self.finished.put((task, handles, None))
 
-    def _start(self, gen: Generator[Any, Any, Any], channel: Hashable) -> _Task:
-        if channel in self.live_channels:
-            raise ProtocolError(f"rank {self.rank} spawned a task on channel {channel!r}, "
-                                "which a live task of that rank already uses: concurrent "
-                                "tasks need distinct channels")
+    def new_task(self, rank: int, channel: Hashable, gen: Generator[Any, Any, Any]
+                 ) -> _Task:
         group = self.driver._groups.get(channel)
         if group is None:
             raise ProtocolError(
                 f"rank {self.rank} spawned a task on channel {channel!r}, which the driver "
                 f"does not have; declare it: Driver(channels=[...]) (declared: "
                 f"{list(self.driver.channels)!r})")
-        self.live_channels.add(channel)
-        task = _Task(channel, group, gen)
-        self.ready.appendleft((task, None))
-        return task
+        return _Task(rank, channel, group, gen)
 
-    def _step(self, task: _Task, value: Any) -> None:
-        handlers, send = self.handlers, task.gen.send
-        while True:
-            try:
-                op = send(value)
-            except StopIteration as stop:
-                self._finish(task, stop.value)
-                return
-            except RealcommError:
-                raise
-            except Exception as error:
-                error.add_note(f"raised by the algorithm on rank {self.rank} "
-                               f"(channel {task.channel!r})")
-                raise
-            handler = handlers.get(type(op))
-            if handler is None:
-                raise ProtocolError(f"rank {self.rank} yielded {op!r}, which is not an op")
-            value = handler(task, op)
-            if value is _BLOCKED:
-                self._flush(task)
-                return
+    def resume(self, task: Task, value: Any) -> None:
+        self.ready.append((task, value))
 
-    def _finish(self, task: _Task, result: Any) -> None:
-        if task.outstanding:
-            waits = "; ".join(h.describe() for h in task.outstanding.values())
-            raise ProtocolError(f"rank {self.rank} (channel {task.channel!r}) returned "
-                                f"without waiting for: {waits}")
-        unjoined = [c.channel for c in task.children if not c.joined]
-        if unjoined:
-            raise ProtocolError(f"rank {self.rank} (channel {task.channel!r}) returned "
-                                f"without joining its tasks on channels {unjoined!r}")
-        task.done, task.result = True, result
-        self.live_channels.discard(task.channel)
-        for joiner in task.joiners:
-            task.joined = True
-            self.ready.append((joiner, result))
+    def run_child_first(self, task: Task, child: Task) -> Any:
+        self.ready.appendleft((task, child))
+        self.ready.appendleft((child, None))
+        return BLOCKED
+
+    def on_block(self, task: _Task) -> None:
+        self._flush(task)
 
     # -- point to point --------------------------------------------------------------------
 
     def _post(self, task: _Task, op: Send | Recv) -> _Handle:
         is_send = isinstance(op, Send)
         what = "Send" if is_send else "Recv"
-        if op.peer >= self.size:
-            raise ProtocolError(f"rank {self.rank} posted a {what} with peer {op.peer}, but "
-                                f"the world has {self.size} ranks")
-        if op.peer == self.rank:
-            raise ProtocolError(f"rank {self.rank} posted a {what} to itself; use Copy")
+        self.check_peer(task, op.peer, what)
         if not isinstance(op.buf, torch.Tensor) or not op.buf.is_contiguous():
             raise ProtocolError(f"rank {self.rank} posted a {what} of a "
                                 f"{type(op.buf).__name__} that is not a contiguous tensor")
-        h = _Handle(task, is_send, op.peer, op.buf, None if isinstance(op, Send) else op.reduce)
+        h = _Handle(task, is_send, op.peer, op.buf, None if is_send else op.reduce, op.label)
         task.queued.append(h)
-        task.outstanding[id(h)] = h
         return h
 
-    def _send(self, task: _Task, op: Send) -> _Handle:
+    def send(self, task: _Task, op: Send) -> _Handle:
         return self._post(task, op)
 
-    def _recv(self, task: _Task, op: Recv) -> _Handle:
+    def recv(self, task: _Task, op: Recv) -> _Handle:
         return self._post(task, op)
 
     def _flush(self, task: _Task) -> None:
@@ -507,19 +445,9 @@ class _Run:
 
     # -- waiting ---------------------------------------------------------------------------
 
-    def _wait(self, task: _Task, op: Wait) -> Any:
+    def wait(self, task: _Task, op: Wait) -> Any:
         self._flush(task)
-        for h in op.handles:
-            if not isinstance(h, _Handle):
-                raise ProtocolError(f"rank {self.rank} waited on {h!r}, which is not a Send "
-                                    "or Recv handle (join tasks with Join)")
-            if h.task is not task:
-                raise ProtocolError(f"rank {self.rank} (channel {task.channel!r}) waited on "
-                                    "a handle that another task posted")
-            if h.waited:
-                raise ProtocolError(f"rank {self.rank} waited twice on its {h.describe()}")
-            h.waited = True
-            del task.outstanding[id(h)]
+        self.accept_wait(task, op.handles)
         in_this_wait = {id(h) for h in op.handles}
         for h in op.handles:
             if h.is_send:
@@ -531,7 +459,7 @@ class _Run:
                         f"rank {self.rank} waited on its {h.describe()}, which changes the "
                         f"buffer of its {other.describe()} before that send was waited")
         self.waiting.append((task, op.handles, time.monotonic() + self.driver.timeout))
-        return _BLOCKED
+        return BLOCKED
 
     def _finish_wait(self, handles: Sequence[_Handle], deadline: float) -> None:
         """Wait for every handle and land the receives, in order. Runs in any thread."""
@@ -578,47 +506,22 @@ class _Run:
 
     # -- local work ------------------------------------------------------------------------
 
-    def _compute(self, task: _Task, op: Compute) -> Any:
+    def compute(self, task: _Task, op: Compute) -> Any:
         if op.work is not None:  # the real computation, on this thread, now
             op.work()
             return None
         now = time.monotonic()
         self.compute_free = max(now, self.compute_free) + op.seconds
         heapq.heappush(self.sleeping, (self.compute_free, next(self.sequence), task))
-        return _BLOCKED
+        return BLOCKED
 
-    def _copy(self, task: _Task, op: Copy) -> None:
-        if len(op.dst) != len(op.src) or op.dst.dtype != op.src.dtype:
-            raise ProtocolError(f"rank {self.rank} copied {len(op.src)} x {op.src.dtype} into "
-                                f"{len(op.dst)} x {op.dst.dtype}")
+    def copy(self, task: _Task, op: Copy) -> None:
+        self.check_copy(task, op)
         op.dst.copy_(op.src)
 
-    def _divide(self, task: _Task, op: Divide) -> None:
+    def divide(self, task: _Task, op: Divide) -> None:
         divide_(op.buf, op.divisor)
 
-    def _alloc(self, task: _Task, op: Alloc) -> torch.Tensor:
+    def alloc(self, task: _Task, op: Alloc) -> torch.Tensor:
         # Zeros, as the simulator allocates, so that no algorithm can see stale memory.
         return torch.zeros(op.count, dtype=op.like.dtype, device=op.like.device)
-
-    def _footprint(self, task: _Task, op: Footprint) -> None:
-        return None  # memory is real here: nothing to account
-
-    def _spawn(self, task: _Task, op: Spawn) -> Any:
-        child = self._start(op.schedule, op.channel)
-        task.children.append(child)
-        # The child runs first, until it blocks, as in the simulator; then the parent.
-        self.ready.insert(1, (task, child))
-        return _BLOCKED
-
-    def _join(self, task: _Task, op: Join) -> Any:
-        child = op.task
-        # Any task of the rank may join any other, any number of times (DDP and FSDP chain
-        # their collectives on a stream so, and FSDP's compute waits on them too).
-        if not isinstance(child, _Task) or child is task:
-            raise ProtocolError(f"rank {self.rank} joined {child!r}, which is not another "
-                                "task of this rank (tasks come from Spawn)")
-        if child.done:
-            child.joined = True
-            return child.result
-        child.joiners.append(task)
-        return _BLOCKED

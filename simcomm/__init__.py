@@ -1,19 +1,19 @@
 """A discrete-event simulator (simpy) of GPUs and links that runs the op generators of
 ``algorithms`` and reports what they cost."""
 
-from simcomm.buffers import SizeOnly
-from simcomm.engine import (
-    DeadlockError, Hop, LinkStats, MessageSizeError, ProtocolError, SimResult, SimulationError,
-    TraceEvent, UnreceivedMessageError, simulate,
+from algorithms.protocol import (
+    AlgorithmError, DeadlockError, MessageSizeError, ProtocolError, UnreceivedMessageError,
 )
+from simcomm.buffers import SizeOnly
+from simcomm.engine import Hop, LinkStats, SimResult, TraceEvent, simulate
 from simcomm.topology import (
     Link, Topology, fully_connected, hierarchical, make_topology, ring, switch,
 )
 from simcomm.units import parse_bandwidth, parse_bytes, parse_seconds
 
 __all__ = [
-    "DeadlockError", "Hop", "Link", "LinkStats", "MessageSizeError", "ProtocolError", "SimResult",
-    "SimulationError", "SizeOnly", "Topology", "TraceEvent", "UnreceivedMessageError",
+    "AlgorithmError", "DeadlockError", "Hop", "Link", "LinkStats", "MessageSizeError", "ProtocolError", "SimResult",
+    "SizeOnly", "Topology", "TraceEvent", "UnreceivedMessageError",
     "fully_connected", "hierarchical", "make_topology", "parse_bandwidth", "parse_bytes",
     "parse_seconds", "ring", "simulate", "switch",
 ]

@@ -32,7 +32,8 @@ from algorithms.bench import (
 )
 from algorithms.cli import Parser, UsageError, run_command
 from simcomm.buffers import SizeOnly
-from simcomm.engine import SimResult, SimulationError, simulate
+from algorithms.protocol import AlgorithmError
+from simcomm.engine import SimResult, simulate
 from simcomm.presets import describe, list_presets
 from simcomm.summary import format_summary
 from simcomm.sweep import (
@@ -53,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def command() -> int:
         args = build_parser().parse_args(argv)
         return args.run(args)
-    return run_command("simcomm", command, (ValueError, SimulationError, MemoryError, OSError))
+    return run_command("simcomm", command, (ValueError, AlgorithmError, MemoryError, OSError))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,35 +34,16 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 import simpy
 
-from algorithms.ops import (
-    Alloc, Comm, Compute, Copy, Divide, Footprint, Join, Recv, ReduceOp, Send, Spawn, Wait,
+from algorithms.ops import Alloc, Comm, Compute, Copy, Divide, Footprint, Recv, ReduceOp, Send, Wait
+from algorithms.protocol import (
+    BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
+    Task, UnreceivedMessageError,
 )
 from algorithms.reference import combine, divide
 from simcomm.buffers import SizeOnly
 from simcomm.topology import Link, Topology, check_ranks
 
-MAIN_CHANNEL = 0
 _NEVER = -math.inf  # the tail of a message that has crossed no link yet
-
-
-class SimulationError(Exception):
-    """Base of every error the simulator raises about an algorithm's behaviour."""
-
-
-class DeadlockError(SimulationError):
-    """Every unfinished task is blocked and nothing is in flight."""
-
-
-class MessageSizeError(SimulationError):
-    """A receive's buffer does not match the size or dtype of the send it matched."""
-
-
-class UnreceivedMessageError(SimulationError):
-    """The run ended with messages that no receive matched."""
-
-
-class ProtocolError(SimulationError):
-    """An algorithm misused the ops: bad peer, handle not waited, task not joined, ..."""
 
 
 class TraceEvent(NamedTuple):
@@ -121,8 +102,8 @@ class SimResult:
         return [e for e in self.trace if e.kind == "send"]
 
 
-class _Handle:
-    """What a Send or a Recv returns to the algorithm.
+class _Handle(Handle):
+    """A Send's or a Recv's handle, with what the simulator tracks of it.
 
     A Send's handle is also the message it sent: ``done`` means it has arrived, and ``recv``
     is the receive that matched it. A Recv's handle never points back at its message; it
@@ -131,15 +112,12 @@ class _Handle:
     hundreds of times per 100k messages and took about a third of a large run.
     """
 
-    __slots__ = ("task", "is_send", "peer", "buf", "reduce", "nbytes", "data", "recv",
-                 "matched", "done", "waited", "blocking", "posted", "label", "message",
-                 "route", "hop", "tail", "trace_index")
+    __slots__ = ("nbytes", "data", "recv", "matched", "done", "blocking", "posted",
+                 "message", "route", "hop", "tail", "trace_index")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
                  reduce: ReduceOp | None, posted: float, label: str) -> None:
-        self.task, self.is_send, self.peer, self.buf, self.reduce = (
-            task, is_send, peer, buf, reduce)
-        self.label = label
+        super().__init__(task, is_send, peer, buf, reduce, label)
         self.message = -1  # a Send's number; a Recv's is its matching Send's
         # Only a Send sets route (link, bandwidth, latency, gap), hop (the next link its head
         # enters), tail (when its tail reached the end of the last link crossed) and
@@ -148,46 +126,33 @@ class _Handle:
         self.data: np.ndarray | None = None  # the message's data; None for size-only runs
         self.recv: _Handle | None = None
         self.matched = False
-        self.done = self.waited = self.blocking = False
+        self.done = self.blocking = False
         self.posted = posted
-        task.outstanding[self] = None
 
     def describe(self) -> str:
         if self.is_send:
-            return f"Send to rank {self.peer} on channel {self.task.channel!r}"
+            return super().describe()
         state = "matched" if self.matched else "no matching Send was posted"
-        return (f"Recv from rank {self.peer} on channel {self.task.channel!r} "
-                f"({len(self.buf)} elements; {state})")
+        return f"{super().describe()[:-1]}; {state})"
 
 
-class _Task:
-    __slots__ = ("rank", "channel", "gen", "main", "pending", "wait_handles", "outstanding",
-                 "done", "result", "joiners", "children", "joined", "blocked_on", "started")
+class _Task(Task):
+    __slots__ = ("main", "pending", "wait_handles", "started")
 
-    def __init__(self, rank: int, channel: Hashable, gen: Any, main: bool, started: float
-                 ) -> None:
-        self.rank, self.channel, self.gen, self.main = rank, channel, gen, main
+    def __init__(self, rank: int, channel: Hashable, gen: Any, started: float) -> None:
+        super().__init__(rank, channel, gen)
+        self.main = False  # a rank's main task: its result is the rank's
         self.started = started
         self.pending = 0
         self.wait_handles: tuple[_Handle, ...] | None = None
-        self.outstanding: dict[_Handle, None] = {}  # a set that keeps posting order
-        self.done = False
-        self.result: Any = None
-        self.joiners: list[_Task] = []
-        self.children: list[_Task] = []
-        self.joined = False
-        self.blocked_on = ""
 
 
-_BLOCKED = object()
-
-
-class _Simulation:
+class _Simulation(Interpreter):
     def __init__(self, topology: Topology, record: bool, has_data: bool) -> None:
+        super().__init__(topology.size)
         self.env = simpy.Environment()
         self.has_data = has_data  # numpy buffers; size-only runs move no data
         self.topology = topology
-        self.size = topology.size
         self.record = record
         self.links = topology.links
         self.link_free = [0.0] * len(self.links)
@@ -199,87 +164,49 @@ class _Simulation:
         # (src, dst, channel) -> (sends waiting for a Recv, Recvs waiting for a Send)
         self.queues: defaultdict[tuple[int, int, Hashable], tuple[deque, deque]] = (
             defaultdict(lambda: (deque(), deque())))
-        self.live_channels: list[set[Hashable]] = [set() for _ in range(self.size)]
         self.tasks: list[_Task] = []
         self.results: list[Any] = [None] * self.size
         self.finish_times = [math.nan] * self.size
         self.trace: list[TraceEvent] = []
         self.hops: list[Hop] = []
         self.messages = 0
-        self.handlers: dict[type, Callable[[_Task, Any], Any]] = {
-            Send: self._send, Recv: self._recv, Wait: self._wait, Compute: self._compute,
-            Copy: self._copy, Divide: self._divide, Alloc: self._alloc, Spawn: self._spawn,
-            Footprint: self._footprint,
-            Join: self._join,
-        }
 
     # -- tasks -------------------------------------------------------------------------
 
-    def start(self, rank: int, gen: Any, channel: Hashable, main: bool = False) -> _Task:
-        if channel in self.live_channels[rank]:
-            raise ProtocolError(f"rank {rank} spawned a task on channel {channel!r}, which a "
-                                "live task of that rank already uses: concurrent tasks need "
-                                "distinct channels")
-        self.live_channels[rank].add(channel)
-        task = _Task(rank, channel, gen, main, self.env.now)
+    def new_task(self, rank: int, channel: Hashable, gen: Any) -> _Task:
+        task = _Task(rank, channel, gen, self.env.now)
         self.tasks.append(task)
-        self._run(task, None)
         return task
 
-    def _run(self, task: _Task, value: Any) -> None:
-        handlers, send = self.handlers, task.gen.send
-        while True:
-            try:
-                op = send(value)
-            except StopIteration as stop:
-                self._finish(task, stop.value)
-                return
-            except SimulationError:
-                raise
-            except Exception as error:
-                error.add_note(f"raised by the algorithm on rank {task.rank} "
-                               f"(channel {task.channel!r}) at t={self.env.now:.9g}s")
-                raise
-            handler = handlers.get(type(op))
-            if handler is None:
-                raise ProtocolError(f"rank {task.rank} yielded {op!r}, which is not an op")
-            value = handler(task, op)
-            if value is _BLOCKED:
-                return
+    def start_main(self, rank: int, gen: Any) -> None:
+        task = self.open_task(rank, gen, MAIN_CHANNEL)
+        task.main = True
+        self.step(task, None)
 
-    def _finish(self, task: _Task, result: Any) -> None:
-        if task.outstanding:
-            waits = "; ".join(h.describe() for h in task.outstanding)
-            raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) returned without "
-                                f"waiting for: {waits}")
-        unjoined = [c.channel for c in task.children if not c.joined]
-        if unjoined:
-            raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) returned without "
-                                f"joining its tasks on channels {unjoined!r}")
-        task.done, task.result = True, result
-        self.live_channels[task.rank].discard(task.channel)
+    def resume(self, task: Task, value: Any) -> None:
+        self.step(task, value)
+
+    def run_child_first(self, task: Task, child: Task) -> Any:
+        self.step(child, None)
+        return child
+
+    def context(self, task: Task) -> str:
+        return f"{super().context(task)} at t={self.env.now:.9g}s"
+
+    def on_finish(self, task: _Task) -> None:
         if self.record and not task.main:
             self.trace.append(TraceEvent("task", task.rank, task.channel, task.started,
                                          self.env.now, label=getattr(task.gen, "__name__", "")))
         if task.main:
-            self.results[task.rank] = result
+            self.results[task.rank] = task.result
             self.finish_times[task.rank] = self.env.now
-        for joiner in task.joiners:
-            task.joined = True
-            self._run(joiner, result)
 
     # -- point to point ------------------------------------------------------------------
 
-    def _peer_error(self, task: _Task, peer: int, what: str) -> ProtocolError:
-        if peer == task.rank:
-            return ProtocolError(f"rank {task.rank} posted a {what} to itself; use Copy")
-        return ProtocolError(f"rank {task.rank} posted a {what} with peer {peer}, but the "
-                             f"world has {self.size} ranks")
-
-    def _send(self, task: _Task, op: Send) -> _Handle:
+    def send(self, task: _Task, op: Send) -> _Handle:
         src, dst, now = task.rank, op.peer, self.env.now
         if dst >= self.size or dst == src:  # Send itself checked that dst >= 0
-            raise self._peer_error(task, dst, "Send")
+            self.check_peer(task, dst, "Send")
         h = _Handle(task, True, dst, op.buf, None, now, op.label)
         # The data leave when the Send is posted; Wait checks the buffer was left alone.
         if isinstance(h.buf, np.ndarray):
@@ -331,10 +258,10 @@ class _Simulation:
     def _on_hop(self, event: simpy.Event) -> None:
         self._cross(event.value, self.env.now)
 
-    def _recv(self, task: _Task, op: Recv) -> _Handle:
+    def recv(self, task: _Task, op: Recv) -> _Handle:
         src, dst = op.peer, task.rank
         if src >= self.size or src == dst:  # Recv itself checked that src >= 0
-            raise self._peer_error(task, src, "Recv")
+            self.check_peer(task, src, "Recv")
         h = _Handle(task, False, src, op.buf, op.reduce, self.env.now, op.label)
         sends, recvs = self.queues[src, dst, task.channel]
         if sends:
@@ -391,23 +318,14 @@ class _Simulation:
                 handles, task.wait_handles = task.wait_handles, None
                 if self.has_data:
                     self._apply(task, handles)
-                self._run(task, None)
+                self.step(task, None)
 
     # -- waiting -------------------------------------------------------------------------
 
-    def _wait(self, task: _Task, op: Wait) -> Any:
+    def wait(self, task: _Task, op: Wait) -> Any:
+        self.accept_wait(task, op.handles)
         pending = 0
         for h in op.handles:
-            if not isinstance(h, _Handle):
-                raise ProtocolError(f"rank {task.rank} waited on {h!r}, which is not a Send "
-                                    "or Recv handle (join tasks with Join)")
-            if h.task is not task:
-                raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) waited on a "
-                                    "handle that another task posted")
-            if h.waited:
-                raise ProtocolError(f"rank {task.rank} waited twice on its {h.describe()}")
-            h.waited = True
-            del task.outstanding[h]
             if not h.done:
                 h.blocking = True
                 pending += 1
@@ -416,7 +334,7 @@ class _Simulation:
                 self._apply(task, op.handles)
             return None
         task.pending, task.wait_handles = pending, op.handles
-        return _BLOCKED
+        return BLOCKED
 
     def _apply(self, task: _Task, handles: Sequence[_Handle]) -> None:
         # Check every send before any receive lands: a receive into a buffer that a send in
@@ -449,10 +367,10 @@ class _Simulation:
         if end <= self.env.now:
             return value
         self.env.timeout(end - self.env.now).callbacks.append(
-            lambda _event: self._run(task, value))
-        return _BLOCKED
+            lambda _event: self.step(task, value))
+        return BLOCKED
 
-    def _compute(self, task: _Task, op: Compute) -> Any:
+    def compute(self, task: _Task, op: Compute) -> Any:
         rank = task.rank
         start = max(self.env.now, self.compute_free[rank])
         end = self.compute_free[rank] = start + op.seconds
@@ -461,48 +379,27 @@ class _Simulation:
                                          label=op.label))
         return self._sleep_until(task, end)
 
-    def _copy(self, task: _Task, op: Copy) -> Any:
-        if len(op.dst) != len(op.src) or op.dst.dtype != op.src.dtype:
-            raise ProtocolError(f"rank {task.rank} copied {len(op.src)} x {op.src.dtype} into "
-                                f"{len(op.dst)} x {op.dst.dtype}")
+    def copy(self, task: _Task, op: Copy) -> Any:
+        self.check_copy(task, op)
         if isinstance(op.dst, np.ndarray):
             op.dst[...] = op.src
         return self._sleep_until(task, self._occupy_memory(task, op.src.nbytes, "copy"))
 
-    def _divide(self, task: _Task, op: Divide) -> Any:
+    def divide(self, task: _Task, op: Divide) -> Any:
         if isinstance(op.buf, np.ndarray):
             divide(op.buf, op.divisor)
         return self._sleep_until(task, self._occupy_memory(task, op.buf.nbytes, "divide"))
 
-    def _alloc(self, task: _Task, op: Alloc) -> Any:
+    def alloc(self, task: _Task, op: Alloc) -> Any:
         if isinstance(op.like, np.ndarray):
             return np.zeros(op.count, dtype=op.like.dtype)
         return SizeOnly(op.count, op.like.dtype)
 
-    def _footprint(self, task: _Task, op: Footprint) -> None:
+    def footprint(self, task: _Task, op: Footprint) -> None:
         if self.record:
             now = self.env.now
             self.trace.append(TraceEvent("footprint", task.rank, task.channel, now, now,
                                          nbytes=op.delta, label=op.label))
-
-    def _spawn(self, task: _Task, op: Spawn) -> _Task:
-        child = self.start(task.rank, op.schedule, op.channel)
-        task.children.append(child)
-        return child
-
-    def _join(self, task: _Task, op: Join) -> Any:
-        child = op.task
-        # Any task of the rank may join any other, any number of times (DDP and FSDP chain
-        # their collectives on a stream so, and FSDP's compute waits on them too).
-        if not isinstance(child, _Task) or child is task or child.rank != task.rank:
-            raise ProtocolError(f"rank {task.rank} joined {child!r}, which is not another "
-                                "task of this rank (tasks come from Spawn)")
-        if child.done:
-            child.joined = True
-            return child.result
-        child.joiners.append(task)
-        task.blocked_on = f"Join of its task on channel {child.channel!r}"
-        return _BLOCKED
 
     # -- after the run -------------------------------------------------------------------
 
@@ -574,7 +471,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                             "generator: an algorithm is a generator function that yields ops")
         gens.append(gen)
     for rank, gen in enumerate(gens):
-        sim.start(rank, gen, MAIN_CHANNEL, main=True)
+        sim.start_main(rank, gen)
     sim.env.run()
     sim.check_finished()
     links = [LinkStats(link, sim.link_bytes[i], sim.link_busy[i])

@@ -34,7 +34,8 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("simcomm.testing needs hypothesis: pip install hypothesis") from error
 
 from algorithms.ops import ReduceOp
-from simcomm.engine import SimulationError, simulate
+from algorithms.protocol import AlgorithmError
+from simcomm.engine import simulate
 from simcomm.topology import Topology, fully_connected, hierarchical, ring, switch
 
 DTYPES = tuple(np.dtype(name) for name in ("float16", "float32", "float64", "int32", "int64"))
@@ -206,7 +207,7 @@ def check_case(algorithm: Callable[..., Any], reference: Callable[..., Sequence[
     try:
         run = simulate(algorithm, case.inputs, case.topology, record=False,
                        **special, **case.params)
-    except SimulationError as error:
+    except AlgorithmError as error:
         raise AssertionError(f"{_name(algorithm)} failed in the simulator "
                              f"({type(error).__name__}): {error}\n  case: {case.describe()}"
                              ) from error

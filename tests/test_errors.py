@@ -14,7 +14,7 @@ from algorithms import (
     ring_allreduce,
 )
 from simcomm import (
-    DeadlockError, Link, MessageSizeError, ProtocolError, SimulationError, SizeOnly, Topology,
+    AlgorithmError, DeadlockError, Link, MessageSizeError, ProtocolError, SizeOnly, Topology,
     UnreceivedMessageError, fully_connected, make_topology, ring, simulate, switch,
 )
 
@@ -240,9 +240,9 @@ def test_misuse_of_the_ops_is_a_protocol_error(algorithm, message) -> None:
         run(algorithm)
 
 
-def test_simulator_errors_share_a_base_class() -> None:
+def test_errors_an_algorithm_causes_share_a_base_class() -> None:
     for error in (DeadlockError, MessageSizeError, UnreceivedMessageError, ProtocolError):
-        assert issubclass(error, SimulationError)
+        assert issubclass(error, AlgorithmError)
 
 
 def test_an_algorithm_that_is_not_a_generator_is_a_type_error() -> None:
