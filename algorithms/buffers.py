@@ -26,7 +26,8 @@ def split_even(buf: Any, parts: int) -> list[Any]:
 
 
 def split_sizes(buf: Any, sizes: list[int]) -> list[Any]:
-    """Views of ``buf`` in consecutive chunks of the given sizes, which must add up to its length."""
+    """Views of ``buf`` in consecutive chunks of the given sizes, which must add up to its
+    length."""
     if sum(sizes) != len(buf) or any(s < 0 for s in sizes):
         raise ValueError(f"chunk sizes {sizes} do not partition a buffer of length {len(buf)}")
     views, start = [], 0

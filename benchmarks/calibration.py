@@ -8,8 +8,9 @@ In one group of local processes, ``--rounds`` times in turn:
    ``realcomm bench`` does.
 
 The calibration is the per-size median over its rounds (``realcomm.calibrate.combine``),
-fitted and written as a topology file; the measured time of a collective at a size is the
-median over its rounds. Taking turns puts a slow spell of a busy machine on one round of
+written as a measurements file as ``realcomm calibrate`` writes one and fitted into a
+topology file by ``simcomm fit``; the measured time of a collective at a size is the median
+over its rounds. Taking turns puts a slow spell of a busy machine on one round of
 each rather than on the whole calibration or on one collective. ``simcomm validate`` then
 simulates the same collectives and sizes on the calibrated topology and prints measured and
 simulated times, the errors, and per collective the median, geometric-mean and largest
@@ -35,13 +36,13 @@ from algorithms.bench import (
     BenchConfig, BenchRow, add_bench_arguments, config_from_args, format_rows,
 )
 from realcomm.bench import TIMINGS, RunOptions, bench_rank
-from realcomm.calibrate import DEFAULT_SIZES, Calibration, combine, measure
+from realcomm.calibrate import DEFAULT_SIZES, Measurements, combine, measure
 from realcomm.launch import spawn
 
 COLLECTIVES = ("ring_allreduce", "reduce_broadcast_allreduce", "alltoall_allreduce",
                "reduce_scatter", "all_gather")
 
-Round = tuple[Calibration, dict[str, list[BenchRow]]]
+Round = tuple[Measurements, dict[str, list[BenchRow]]]
 
 
 def bench_config(name: str, minbytes: str, maxbytes: str) -> BenchConfig:
@@ -79,6 +80,15 @@ def spread(runs: list[list[BenchRow]]) -> str:
                     for rows in zip(*runs))
 
 
+def simcomm(*args: str) -> str:
+    """Run a ``simcomm`` command; its output, or exit with its error."""
+    done = subprocess.run([sys.executable, "-m", "simcomm", *args], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"simcomm {args[0]} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nprocs", type=int, default=2)
@@ -96,9 +106,10 @@ def main() -> None:
     rounds = spawn(rounds_on_rank, args.nprocs,
                    (args.rounds, args.minbytes, args.maxbytes, args.iters, args.timing))[0]
     calibration = combine([c for c, _ in rounds])
-    print(calibration.format())
+    measurements = out / f"calibration_{args.nprocs}.json"
+    measurements.write_text(calibration.to_json())
     topology = out / f"calibrated_{args.nprocs}.toml"
-    topology.write_text(calibration.topology_toml())
+    print(simcomm("fit", str(measurements), "--out", str(topology)), end="")
     exchange_spread = [max(c.exchange[i] for c, _ in rounds) / min(c.exchange[i] for c, _ in rounds)
                        for i in range(len(calibration.sizes))]
     print(f"exchange, slowest round / fastest, per size: "
@@ -111,13 +122,8 @@ def main() -> None:
         csv = out / f"measured_{name}_{args.nprocs}.csv"
         csv.write_text(format_rows(median_rows(runs), "csv", []))
         measured += ["--measured", f"{name}={csv}"]
-    done = subprocess.run([sys.executable, "-m", "simcomm", "validate", "--topology",
-                           str(topology), *measured, "--plot",
-                           str(out / f"validation_{args.nprocs}.png")],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"simcomm validate failed: {done.stderr.strip()}")
-    print(done.stdout)
+    print(simcomm("validate", "--topology", str(topology), *measured, "--plot",
+                  str(out / f"validation_{args.nprocs}.png")))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from realcomm.launch import (
 
 __all__ = [
     "DEFAULT_SLICE_BYTES", "DEFAULT_TIMEOUT", "MAIN_CHANNEL", "AlgorithmError",
-    "ArgumentMismatchError", "Driver", "LocalGroup", "PeerError", "PeerTimeoutError", "ProtocolError",
-    "RealcommError", "SpawnError", "backend_for", "init_from_env", "spawn", "start",
+    "ArgumentMismatchError", "Driver", "LocalGroup", "PeerError", "PeerTimeoutError",
+    "ProtocolError", "RealcommError", "SpawnError", "backend_for", "init_from_env", "spawn",
+    "start",
 ]

@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,7 +31,7 @@ from algorithms.bench import (
 )
 from algorithms.cli import Parser, run_command
 from algorithms.protocol import AlgorithmError
-from realcomm.calibrate import DEFAULT_SIZES, Calibration, measure
+from realcomm.calibrate import DEFAULT_SIZES, Measurements, measure
 from realcomm.bench import (
     BASELINES, ITERS, NATIVE_NAMES, TIMINGS, WARMUP_ITERS, RunOptions, bench_rank,
 )
@@ -192,15 +194,15 @@ def _on_every_rank(args: argparse.Namespace, fn: Callable[..., Any], fn_args: tu
 
 def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
-        "calibrate", help="measure this machine and write a topology file for simcomm",
+        "calibrate", help="measure this machine for simcomm fit",
         description="Measure point-to-point exchanges, one-way messages, concurrent sends "
-                    "and local reductions through the realcomm driver, fit the simulator's "
-                    "alpha-beta model by least squares, print the fit and write a topology "
-                    "file that simcomm loads. Start it under torchrun, or give --nprocs.")
+                    "and local reductions through the realcomm driver, print them and write "
+                    "them to a measurements file (JSON), from which simcomm fit makes a "
+                    "topology file. Start it under torchrun, or give --nprocs.")
     parser.add_argument("--nprocs", type=int, metavar="N",
                         help="spawn N local processes (not under torchrun); at least 2")
-    parser.add_argument("--out", required=True, metavar="FILE.toml",
-                        help="where to write the fitted topology")
+    parser.add_argument("--out", required=True, metavar="FILE.json",
+                        help="where to write the measurements")
     parser.add_argument("--sizes", metavar="LIST",
                         help="message sizes, multiples of 4 bytes (default 16B to 64MiB, x4)")
     parser.add_argument("-n", "--iters", type=int, default=20, metavar="N",
@@ -208,9 +210,9 @@ def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
                              "(default 20)")
     _add_timing_argument(parser)
     parser.add_argument("--rounds", type=int, default=1, metavar="R",
-                        help="measure every size R times, in turns, and fit the median of "
+                        help="measure every size R times, in turns, and keep the median of "
                              "each: a slow spell of a busy machine then spoils one round, not "
-                             "the fit (default 1)")
+                             "the calibration (default 1)")
     parser.add_argument("--device", choices=("cpu", "cuda"),
                         help="default: cpu with --nprocs, else cuda if there is one")
     parser.add_argument("--backend", choices=("gloo", "nccl"),
@@ -222,22 +224,38 @@ def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def calibrate(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """``realcomm calibrate``: measure, fit, print, write the topology file."""
+    """``realcomm calibrate``: measure, print, write the measurements file."""
     sizes = parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     if args.iters < 1:
         raise ValueError(f"--iters must be >= 1, got {args.iters}")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    _check_writable(args.out)
     ran = _on_every_rank(args, measure, (tuple(sizes), args.iters, WARMUP_ITERS),
                          minimum=2, reason=" to measure links", timeout=args.timeout,
                          timing=args.timing, rounds=args.rounds)
     if ran is not None:
-        _report_calibration(ran[0], args.out)
+        _report_measurements(ran[0], args.out)
     return 0
 
 
-def _report_calibration(result: Calibration, path: str) -> None:
+def _check_writable(path: str) -> None:
+    """Refuse an output file that cannot be written before measuring, not after."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise ValueError(f"--out {path}: is a directory")
+    if not folder.is_dir():
+        raise ValueError(f"--out {path}: {folder} is not a directory" if folder.exists()
+                         else f"--out {path}: folder {folder} does not exist")
+    if not os.access(target if target.exists() else folder, os.W_OK):
+        raise ValueError(f"--out {path}: not writable")
+
+
+def _report_measurements(result: Measurements, path: str) -> None:
     print(result.format())
-    with open(path, "w", encoding="utf-8") as stream:
-        stream.write(result.topology_toml())
-    print(f"wrote {path} (simcomm topo show {path})")
+    try:
+        Path(path).write_text(result.to_json(), encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"cannot write {path}: {error}") from None
+    print(f"wrote {path} (fit with: simcomm fit {path} --out topology.toml)")

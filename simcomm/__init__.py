@@ -12,8 +12,8 @@ from simcomm.topology import (
 from simcomm.units import parse_bandwidth, parse_bytes, parse_seconds
 
 __all__ = [
-    "AlgorithmError", "DeadlockError", "Hop", "Link", "LinkStats", "MessageSizeError", "ProtocolError", "SimResult",
-    "SizeOnly", "Topology", "TraceEvent", "UnreceivedMessageError",
+    "AlgorithmError", "DeadlockError", "Hop", "Link", "LinkStats", "MessageSizeError",
+    "ProtocolError", "SimResult", "SizeOnly", "Topology", "TraceEvent", "UnreceivedMessageError",
     "fully_connected", "hierarchical", "make_topology", "parse_bandwidth", "parse_bytes",
     "parse_seconds", "ring", "simulate", "switch",
 ]

@@ -12,6 +12,8 @@
   latencies in parallel and writes a CSV, plots and a crossover table (``simcomm.sweep``).
 * ``simcomm plot`` draws the plots and the crossover table again from CSVs, with measured
   results (``realcomm bench --format csv``) beside the simulated ones.
+* ``simcomm fit`` fits the cost model to the measurements that ``realcomm calibrate`` wrote
+  and writes a topology file (``simcomm.calibration``).
 
 Each subcommand lives in its own pair of functions (one adds its parser, one runs it). Bad
 arguments, simulator errors and a ``--check`` too large for memory print one line,
@@ -32,6 +34,7 @@ from algorithms.bench import (
 )
 from algorithms.cli import Parser, UsageError, run_command
 from simcomm.buffers import SizeOnly
+from simcomm.calibration import load_calibration
 from algorithms.protocol import AlgorithmError
 from simcomm.engine import SimResult, simulate
 from simcomm.presets import describe, list_presets
@@ -70,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fsdp_parser(commands, _add_topology_arguments)
     commands.choices["fsdp"].set_defaults(run=fsdp)
     _add_validate_parser(commands)
+    _add_fit_parser(commands)
     return parser
 
 
@@ -245,7 +249,7 @@ def _add_validate_parser(commands: argparse._SubParsersAction) -> None:
         "validate", help="simulated against measured times, with the error",
         description="For each row of measured bench CSVs (realcomm bench --format csv), "
                     "simulate the same collective and size on a topology (e.g. one that "
-                    "realcomm calibrate wrote) and print both times, the error, and per "
+                    "simcomm fit wrote) and print both times, the error, and per "
                     "collective the median, geometric-mean and largest absolute error.")
     parser.add_argument("--topology", required=True, metavar="PRESET|FILE",
                         help="a preset or a topology file (.toml)")
@@ -274,6 +278,35 @@ def validate(args: argparse.Namespace) -> int:
         save_png(sweep_figure(f"simulated (lines) and measured (crosses) on {topology.name}",
                               simulated, measured), args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+# -- fit --------------------------------------------------------------------------------
+
+def _add_fit_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "fit", help="fit the cost model to realcomm calibrate's measurements",
+        description="Fit latency, per-message gap and bandwidth of the links and the rate "
+                    "of local reductions to a measurements file (realcomm calibrate --out "
+                    "FILE.json), print each measurement beside its fit and write the fitted "
+                    "topology file.")
+    parser.add_argument("measurements", metavar="MEASUREMENTS",
+                        help="the measurements file (.json) that realcomm calibrate wrote")
+    parser.add_argument("--out", required=True, metavar="TOPOLOGY.toml",
+                        help="where to write the fitted topology")
+    parser.add_argument("--name", default="calibrated",
+                        help="the topology's name (default calibrated)")
+    parser.set_defaults(run=fit)
+
+
+def fit(args: argparse.Namespace) -> int:
+    """``simcomm fit``: fit, print, write the topology file."""
+    if not (args.name and args.name.isprintable()):
+        raise ValueError(f"--name must be a non-empty line of text, got {args.name!r}")
+    calibration = load_calibration(args.measurements)
+    print(calibration.format())
+    Path(args.out).write_text(calibration.topology_toml(args.name), encoding="utf-8")
+    print(f"wrote {args.out} (simcomm topo show {args.out})")
     return 0
 
 

@@ -1,6 +1,6 @@
 """How well the simulator predicts measured runs: each measured row (``realcomm bench
 --format csv``) beside the simulated time of the same collective and size on a topology
-(typically one that ``realcomm calibrate`` fitted), with the relative error, and a summary
+(typically one that ``simcomm fit`` fitted), with the relative error, and a summary
 per collective: median, geometric mean and largest absolute error (as ASTRA-sim's
 validation pages report them).
 """
