@@ -5,7 +5,8 @@ from algorithms.protocol import (
     AlgorithmError, DeadlockError, MessageSizeError, ProtocolError, UnreceivedMessageError,
 )
 from simcomm.buffers import SizeOnly
-from simcomm.engine import Hop, LinkStats, SimResult, TraceEvent, simulate
+from simcomm.engine import simulate
+from simcomm.results import Hop, LinkStats, SimResult, TraceEvent
 from simcomm.topology import (
     Link, Topology, fully_connected, hierarchical, make_topology, ring, switch,
 )

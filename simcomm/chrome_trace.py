@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from typing import IO, Any
 
-from simcomm.engine import SimResult, TraceEvent
+from simcomm.results import SimResult, TraceEvent
 
 _US = 1e6  # trace-event timestamps are in microseconds
 _COMPUTE_TID, _MEMORY_TID = 0, 1

@@ -36,7 +36,8 @@ from algorithms.cli import Parser, UsageError, run_command
 from simcomm.buffers import SizeOnly
 from simcomm.calibration import load_calibration
 from algorithms.protocol import AlgorithmError
-from simcomm.engine import SimResult, simulate
+from simcomm.engine import simulate
+from simcomm.results import SimResult
 from simcomm.presets import describe, list_presets
 from simcomm.summary import format_summary
 from simcomm.sweep import (

@@ -28,78 +28,25 @@ import math
 import os
 from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any, NamedTuple
+from typing import IO, Any
 
 import numpy as np
 import simpy
 
-from algorithms.ops import Alloc, Comm, Compute, Copy, Divide, Footprint, Recv, ReduceOp, Send, Wait
+from algorithms.ops import (
+    Alloc, Comm, Compute, Copy, Divide, Footprint, Recv, ReduceOp, Send, Wait,
+)
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
     Task, UnreceivedMessageError,
 )
 from algorithms.reference import combine, divide
 from simcomm.buffers import SizeOnly
-from simcomm.topology import Link, Topology, check_ranks
+from simcomm.chrome_trace import write_chrome_trace
+from simcomm.results import Hop, LinkStats, SimResult, TraceEvent
+from simcomm.topology import Topology, check_ranks
 
 _NEVER = -math.inf  # the tail of a message that has crossed no link yet
-
-
-class TraceEvent(NamedTuple):
-    """One span of the op trace. ``kind`` is ``send`` (``rank`` -> ``peer``, issue to
-    arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide``,
-    ``compute``, ``task`` (a spawned task, from its ``Spawn`` to its end; labelled with its
-    generator's name) or ``footprint`` (an instant: ``nbytes`` more memory held, or fewer if
-    negative, from ``start`` on). ``message`` numbers the message a send, receive or
-    reduction belongs to (in send order, from 0; -1 for local work); ``label`` is the op's."""
-
-    kind: str
-    rank: int
-    channel: Hashable
-    start: float
-    end: float
-    peer: int = -1
-    nbytes: int = 0
-    label: str = ""
-    message: int = -1
-
-
-class Hop(NamedTuple):
-    """A message on one link of its route: the link (an index into ``Topology.links``)
-    carries it from ``start`` to ``end`` (seconds); its tail reaches the far end one link
-    latency later."""
-
-    link: int
-    message: int
-    start: float
-    end: float
-
-
-@dataclass(frozen=True)
-class LinkStats:
-    """Traffic of one link over a run."""
-
-    link: Link
-    bytes: int
-    busy_time: float
-
-
-@dataclass
-class SimResult:
-    """What a simulated run produced and what it cost."""
-
-    results: list[Any]
-    time: float
-    finish_times: list[float]
-    links: list[LinkStats]
-    trace: list[TraceEvent] = field(repr=False)
-    messages: int = 0
-    hops: list[Hop] = field(default_factory=list, repr=False)
-
-    def sends(self) -> list[TraceEvent]:
-        """The trace's messages, in send order."""
-        return [e for e in self.trace if e.kind == "send"]
 
 
 class _Handle(Handle):
@@ -479,7 +426,5 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     result = SimResult(sim.results, max(sim.finish_times), sim.finish_times, links, sim.trace,
                        sim.messages, sim.hops)
     if trace is not None:
-        # Imported here: chrome_trace builds on this module's SimResult.
-        from simcomm.chrome_trace import write_chrome_trace
         write_chrome_trace(result, trace)
     return result

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from simcomm.engine import SimResult
+from simcomm.results import SimResult
 from simcomm.sweep import Series
 from simcomm.training import FSDPReport, StepReport
 

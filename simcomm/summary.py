@@ -36,7 +36,7 @@ import numpy as np
 
 from algorithms.bench import BenchRow
 from simcomm.buffers import SizeOnly
-from simcomm.engine import SimResult, TraceEvent
+from simcomm.results import SimResult, TraceEvent
 from simcomm.units import format_bytes
 
 _MEMORY_KINDS = ("reduce", "copy", "divide")

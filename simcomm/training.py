@@ -33,7 +33,8 @@ from algorithms.ddp import (
 from algorithms.fsdp import BACKWARD_PRE, fsdp_step, padded_size
 from algorithms.models import Model
 from simcomm.buffers import SizeOnly
-from simcomm.engine import SimResult, simulate
+from simcomm.engine import simulate
+from simcomm.results import SimResult
 from simcomm.summary import covered_time
 from simcomm.topology import Topology
 from simcomm.units import format_bytes

@@ -1,0 +1,65 @@
+"""What a simulated run produces: per-rank results, times, link traffic and the op trace."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from simcomm.topology import Link
+
+
+class TraceEvent(NamedTuple):
+    """One span of the op trace. ``kind`` is ``send`` (``rank`` -> ``peer``, issue to
+    arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide``,
+    ``compute``, ``task`` (a spawned task, from its ``Spawn`` to its end; labelled with its
+    generator's name) or ``footprint`` (an instant: ``nbytes`` more memory held, or fewer if
+    negative, from ``start`` on). ``message`` numbers the message a send, receive or
+    reduction belongs to (in send order, from 0; -1 for local work); ``label`` is the op's."""
+
+    kind: str
+    rank: int
+    channel: Hashable
+    start: float
+    end: float
+    peer: int = -1
+    nbytes: int = 0
+    label: str = ""
+    message: int = -1
+
+
+class Hop(NamedTuple):
+    """A message on one link of its route: the link (an index into ``Topology.links``)
+    carries it from ``start`` to ``end`` (seconds); its tail reaches the far end one link
+    latency later."""
+
+    link: int
+    message: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """Traffic of one link over a run."""
+
+    link: Link
+    bytes: int
+    busy_time: float
+
+
+@dataclass
+class SimResult:
+    """What a simulated run produced and what it cost."""
+
+    results: list[Any]
+    time: float
+    finish_times: list[float]
+    links: list[LinkStats]
+    trace: list[TraceEvent] = field(repr=False)
+    messages: int = 0
+    hops: list[Hop] = field(default_factory=list, repr=False)
+
+    def sends(self) -> list[TraceEvent]:
+        """The trace's messages, in send order."""
+        return [e for e in self.trace if e.kind == "send"]
