@@ -1,11 +1,12 @@
 """Collective algorithms written once, as per-rank generators of ops.
 
 This package knows no transport: it imports neither simpy nor torch. ``simcomm`` simulates
-the ops; ``realcomm`` runs them over torch.distributed.
+the ops; ``realcomm`` runs them over torch.distributed. The rules every transport applies
+to the ops, and their errors, are in ``algorithms.protocol``; what benchmarks, parses and
+prints the algorithms is in ``algorithms.harness``.
 """
 
 from algorithms.buffers import chunk_bounds, split_even, split_sizes
-from algorithms.catalog import COLLECTIVES, Collective, get_collective
 from algorithms.collectives import (
     all_gather, all_to_all, alltoall_allreduce, broadcast, reduce, reduce_broadcast_allreduce,
     reduce_scatter, ring_allreduce,
@@ -16,9 +17,9 @@ from algorithms.ops import (
 )
 
 __all__ = [
-    "AVG", "MAX", "MIN", "PROD", "SUM", "COLLECTIVES", "Alloc", "Collective", "Comm", "Compute",
-    "Copy", "Divide", "Footprint", "Join", "Op", "Recv", "ReduceOp", "Send", "Spawn", "Wait",
-    "all_gather", "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds",
-    "get_collective", "reduce", "reduce_broadcast_allreduce", "reduce_scatter",
-    "ring_allreduce", "split_even", "split_sizes",
+    "AVG", "MAX", "MIN", "PROD", "SUM", "Alloc", "Comm", "Compute", "Copy", "Divide",
+    "Footprint", "Join", "Op", "Recv", "ReduceOp", "Send", "Spawn", "Wait", "all_gather",
+    "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds", "reduce",
+    "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "split_even",
+    "split_sizes",
 ]

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from algorithms.bench import (
-    BenchConfig, BenchRow, add_bench_arguments, config_from_args, format_rows,
+from algorithms.harness.bench import (
+    BenchConfig, BenchRow, bench_config, format_rows, parse_size, size_range,
 )
 from realcomm.bench import TIMINGS, RunOptions, bench_rank
 from realcomm.calibrate import DEFAULT_SIZES, Measurements, combine, measure
@@ -45,18 +45,9 @@ COLLECTIVES = ("ring_allreduce", "reduce_broadcast_allreduce", "alltoall_allredu
 Round = tuple[Measurements, dict[str, list[BenchRow]]]
 
 
-def bench_config(name: str, minbytes: str, maxbytes: str) -> BenchConfig:
-    """The configuration ``realcomm bench --algorithm NAME -b MIN -e MAX -f 4`` would use."""
-    parser = argparse.ArgumentParser()
-    add_bench_arguments(parser)
-    return config_from_args(parser.parse_args(
-        ["--algorithm", name, "-b", minbytes, "-e", maxbytes, "-f", "4", "--format", "csv"]))
-
-
-def rounds_on_rank(rounds: int, minbytes: str, maxbytes: str, iters: int, timing: str
+def rounds_on_rank(rounds: int, configs: list[BenchConfig], iters: int, timing: str
                    ) -> list[Round]:
     """One rank's part: calibration and validation rounds in turn."""
-    configs = [bench_config(name, minbytes, maxbytes) for name in COLLECTIVES]
     options = RunOptions(iters=iters, timing=timing)
     out = []
     for r in range(rounds):
@@ -103,8 +94,11 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rounds = spawn(rounds_on_rank, args.nprocs,
-                   (args.rounds, args.minbytes, args.maxbytes, args.iters, args.timing))[0]
+    # What realcomm bench --algorithm NAME -b MIN -e MAX -f 4 runs, for each collective.
+    sizes = size_range(parse_size(args.minbytes), parse_size(args.maxbytes), 4)
+    configs = [bench_config(name, sizes) for name in COLLECTIVES]
+    rounds = spawn(rounds_on_rank, args.nprocs, (args.rounds, configs, args.iters,
+                                                 args.timing))[0]
     calibration = combine([c for c, _ in rounds])
     measurements = out / f"calibration_{args.nprocs}.json"
     measurements.write_text(calibration.to_json())

@@ -18,13 +18,10 @@ import statistics
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-from algorithms.bench import BenchConfig, parse_size, parse_sizes
-from algorithms.catalog import get_collective
-from algorithms.ops import SUM
+from algorithms.harness.bench import bench_config, parse_size, parse_sizes
 from realcomm.bench import ITERS, WARMUP_ITERS, make_runner, time_runs
 from realcomm.driver import DEFAULT_SLICE_BYTES, Driver
 from realcomm.launch import spawn
@@ -34,8 +31,7 @@ def measure(sizes: list[int], repeats: int, warmup: int, iters: int, slice_bytes
             ) -> dict[int, dict[str, list[float]]]:
     """On rank 0: seconds per all-reduce, ours and native, ``repeats`` times per size, and
     the CPU seconds of this process per run (keys ``ours cpu`` and ``native cpu``)."""
-    config = BenchConfig(get_collective("ring_allreduce"), tuple(sizes), np.dtype(np.float32),
-                         SUM, None)
+    config = bench_config("ring_allreduce", sizes)  # float32, sum
     driver = Driver(slice_bytes=slice_bytes)
     device = torch.device("cpu")
     times: dict[int, dict[str, list[float]]] = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from algorithms.models import preset_model
+from algorithms.harness.model_presets import preset_model
 from simcomm.presets import make_preset
 from simcomm.train_cli import format_comparison, format_sweep
 from simcomm.training import bucket_sweep, simulate_ddp, simulate_dp

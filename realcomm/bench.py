@@ -5,9 +5,10 @@ ranks agree on the arguments, a few warm-up runs, a barrier, ``iters`` runs back
 and the time of one run is the elapsed time over ``iters``, averaged over the ranks
 (nccl-tests' default ``-a 1``). nccl-tests warms up once, at the largest and smallest size;
 here every size gets its warm-up runs. With ``--check``, one more run on
-``algorithms.bench.check_inputs`` data counts the wrong elements against the reference.
+``algorithms.harness.bench.check_inputs`` data counts the wrong elements against the
+reference.
 
-The rows come from ``algorithms.bench``, the same as ``simcomm bench``'s. With
+The rows come from ``algorithms.harness.bench``, the same as ``simcomm bench``'s. With
 ``baseline="native"`` the harness runs torch's own collective of the same kind
 (``all_reduce``, ``reduce_scatter``, ``all_gather``, ``broadcast``, ``reduce``,
 ``all_to_all_single``) instead of the algorithm.
@@ -24,10 +25,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from algorithms.bench import (
+from algorithms.harness.bench import (
     BenchConfig, BenchRow, bench_row, buffer_count, check_inputs, count_wrong,
 )
-from algorithms.catalog import Collective
+from algorithms.harness.catalog import Collective
 from algorithms.ops import ReduceOp
 from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, Driver
 
@@ -84,8 +85,10 @@ class RunOptions:
 def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device
                ) -> list[BenchRow]:
     """Run the benchmark on this rank of the default process group; every rank returns
-    the same rows."""
+    the same rows. A CUDA ``device`` without an index means this process's current one."""
     config.check_world(dist.get_world_size())
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     driver = Driver(timeout=options.timeout, slice_bytes=options.slice_bytes)
     return [_bench_size(config, options, driver, device, size) for size in config.sizes]
 
@@ -108,7 +111,7 @@ def _bench_size(config: BenchConfig, options: RunOptions, driver: Driver,
         count_tensor = torch.zeros(1, dtype=torch.int64, device=device)
         if rank == 0:
             count_tensor += count_wrong(config.collective, inputs, gathered, config.op,
-                                        config.root, config.params)
+                                        config.root, dict(config.params))
         dist.broadcast(count_tensor, src=0)
         wrong = int(count_tensor.item())
     return bench_row(config.collective, p, size, config.dtype, config.op, config.root,

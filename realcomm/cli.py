@@ -1,13 +1,14 @@
 """The ``realcomm`` command line.
 
 ``realcomm bench`` runs one collective over torch.distributed at each size and prints
-nccl-tests' columns, the same as ``simcomm bench`` (see ``algorithms.bench``), e.g.::
+nccl-tests' columns, the same as ``simcomm bench`` (see ``algorithms.harness.bench``), e.g.::
 
     realcomm bench --nprocs 2 --algorithm ring_allreduce --sizes 1MiB,16MiB --check
     torchrun --nproc_per_node 2 -m realcomm bench --algorithm ring_allreduce -b 1M -e 64M
 
 With ``--nprocs N`` it spawns N local processes itself (CPU and gloo unless ``--device``
-says otherwise); without, it expects torchrun's environment and rank 0 prints. Bad
+says otherwise) and hands each the checked configuration; without, it expects torchrun's
+environment, every process reads its own command line, and rank 0 prints. Bad
 arguments and failed runs print one line, ``realcomm: error: ...``, on stderr and exit with
 status 2.
 """
@@ -26,26 +27,22 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from algorithms.bench import (
-    BenchRow, add_bench_arguments, config_from_args, format_rows, parse_size, parse_sizes,
-)
-from algorithms.cli import Parser, run_command
+from algorithms.harness.bench import format_rows, parse_size, parse_sizes
+from algorithms.harness.cli import Parser, add_bench_arguments, config_from_args, run_command
 from algorithms.protocol import AlgorithmError
-from realcomm.calibrate import DEFAULT_SIZES, Measurements, measure
 from realcomm.bench import (
     BASELINES, ITERS, NATIVE_NAMES, TIMINGS, WARMUP_ITERS, RunOptions, bench_rank,
 )
+from realcomm.calibrate import DEFAULT_SIZES, Measurements, measure
 from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, RealcommError
 from realcomm.launch import backend_for, default_device, in_launcher_env, init_from_env, spawn
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``realcomm`` command line on ``argv`` (default ``sys.argv[1:]``); return the
     exit status."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
-
     def command() -> int:
-        args = build_parser().parse_args(args_list)
-        return args.run(args, args_list)
+        args = build_parser().parse_args(argv)
+        return args.run(args)
     return run_command("realcomm", command,
                        (ValueError, RuntimeError, AlgorithmError, RealcommError))
 
@@ -94,11 +91,11 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=bench)
 
 
-def bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def bench(args: argparse.Namespace) -> int:
     """``realcomm bench``: time the collective at every size and print the rows."""
     config = config_from_args(args)
     options = _options_from_args(args)
-    ran = _on_every_rank(args, _bench_process, (list(argv),), minimum=1,
+    ran = _on_every_rank(args, bench_rank, (config, options), minimum=1,
                          timeout=options.timeout, check_world=config.check_world)
     if ran is None:
         return 0
@@ -116,19 +113,11 @@ def bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
                                               "elements)",
     ]
     if config.params:
-        header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params.items())
+        header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params)
                       + (" (not used by the native baseline)"
                          if options.baseline == "native" else ""))
     sys.stdout.write(format_rows(rows, config.format, header))
     return 0
-
-
-def _bench_process(argv: list[str], device: torch.device) -> list[BenchRow]:
-    """One rank: the same arguments, parsed again here (they were checked)."""
-    args = build_parser().parse_args(argv)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return bench_rank(config_from_args(args), _options_from_args(args), device)
 
 
 def _options_from_args(args: argparse.Namespace) -> RunOptions:
@@ -223,7 +212,7 @@ def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=calibrate)
 
 
-def calibrate(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def calibrate(args: argparse.Namespace) -> int:
     """``realcomm calibrate``: measure, print, write the measurements file."""
     sizes = parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     if args.iters < 1:

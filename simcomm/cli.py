@@ -1,7 +1,8 @@
 """The ``simcomm`` command line.
 
 * ``simcomm bench`` simulates one collective over a range of sizes and prints nccl-tests'
-  columns (see ``algorithms.bench``), on a builder topology or on a preset or file::
+  columns (see ``algorithms.harness.bench``), on a builder topology or on a preset or
+  file (``simcomm.bench`` runs it)::
 
       simcomm bench --algorithm ring_allreduce --ranks 8 --topology ring \\
           --bandwidth 100GB/s --latency 5us --sizes 1KiB,1MiB,1GiB --format csv
@@ -9,9 +10,11 @@
 
 * ``simcomm topo list`` lists the presets; ``simcomm topo show NAME|FILE`` describes one.
 * ``simcomm sweep`` simulates a grid of algorithms, sizes, topologies, ranks, bandwidths and
-  latencies in parallel and writes a CSV, plots and a crossover table (``simcomm.sweep``).
+  latencies in parallel (``simcomm.sweep``) and writes a CSV (``simcomm.sweep_csv``), plots
+  (``simcomm.plots``) and a crossover table (``simcomm.crossover``).
 * ``simcomm plot`` draws the plots and the crossover table again from CSVs, with measured
   results (``realcomm bench --format csv``) beside the simulated ones.
+* ``simcomm validate`` puts simulated and measured times side by side (``simcomm.validate``).
 * ``simcomm fit`` fits the cost model to the measurements that ``realcomm calibrate`` wrote
   and writes a topology file (``simcomm.calibration``).
 
@@ -28,29 +31,27 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from algorithms.bench import (
-    add_bench_arguments, buffer_count, config_from_args, format_rows, parse_size, parse_sizes,
-    size_range,
+from algorithms.harness.bench import format_rows, parse_size, parse_sizes, size_range
+from algorithms.harness.cli import (
+    Parser, UsageError, add_bench_arguments, config_from_args, run_command,
 )
-from algorithms.cli import Parser, UsageError, run_command
-from simcomm.buffers import SizeOnly
-from simcomm.calibration import load_calibration
 from algorithms.protocol import AlgorithmError
-from simcomm.engine import simulate
-from simcomm.results import SimResult
+from simcomm.bench import bench_rows, is_builder, load_named_topology, traced_run
+from simcomm.calibration import load_calibration
+from simcomm.crossover import crossovers, format_crossovers
 from simcomm.presets import describe, list_presets
+from simcomm.results import SimResult
 from simcomm.summary import format_summary
 from simcomm.sweep import (
     DEFAULT_ALGORITHMS, DEFAULT_BANDWIDTHS, DEFAULT_LATENCIES, DEFAULT_RANKS, DEFAULT_SIZES,
-    DEFAULT_TOPOLOGIES, Grid, ProgressBar, Series, SweepRow, bench_size, crossovers,
-    default_jobs, format_crossovers, is_builder, load_named_topology, measured_spec,
-    read_bench_csv, read_csv, run_sweep, split_list, write_csv, write_plots,
+    DEFAULT_TOPOLOGIES, Grid, ProgressBar, default_jobs, run_sweep, split_list,
 )
+from simcomm.sweep_csv import Series, SweepRow, read_bench_csv, read_csv, write_csv
 from simcomm.topofile import dump_topology
-from simcomm.validate import compare, format_validation, validation_series
-from simcomm.train_cli import add_ddp_parser, add_fsdp_parser, run_ddp, run_fsdp
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
+from simcomm.train_cli import add_ddp_parser, add_fsdp_parser, run_ddp, run_fsdp
 from simcomm.units import parse_bandwidth, parse_seconds
+from simcomm.validate import compare, format_validation, validation_series
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``simcomm`` command line on ``argv`` (default ``sys.argv[1:]``); return the
@@ -128,8 +129,7 @@ def bench(args: argparse.Namespace) -> int:
     """``simcomm bench``: simulate the collective at every size and print the rows."""
     config = config_from_args(args)
     topology = _topology_from_args(args)
-    config.check_world(topology.size)
-    rows = [bench_size(config, topology, size, config.check) for size in config.sizes]
+    rows = bench_rows(config, topology)
     header = [
         "data check: on (numpy data)" if config.check else
         "data check: off (size-only buffers; --check runs real data)",
@@ -146,15 +146,12 @@ def bench(args: argparse.Namespace) -> int:
         header.append(f"network links {args.inter_bandwidth or args.bandwidth} and "
                       f"{args.inter_latency or args.latency}")
     if config.params:
-        header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params.items()))
+        header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params))
     sys.stdout.write(format_rows(rows, config.format, header))
     if not (args.summary or args.trace or args.timeline):
         return 0
     largest = max(config.sizes)
-    count = buffer_count(config.collective, topology.size, largest, config.dtype.itemsize)
-    # Timing does not depend on the data, so a size-only rerun with a trace will do.
-    result = simulate(config.collective.function, [SizeOnly(count, config.dtype)] * topology.size,
-                      topology, trace=args.trace, **config.algorithm_kwargs())
+    result = traced_run(config, topology, largest, args.trace)
     notes = []
     if args.summary:
         notes.append(f"summary of the largest size, {largest} B:\n" + format_summary(result))
@@ -466,9 +463,20 @@ def _int_item(flag: str, text: str) -> int:
 def _measured_from_args(args: argparse.Namespace) -> list[Series]:
     series: list[Series] = []
     for text in args.measured:
-        label, path = measured_spec(text)
+        label, path = _measured_spec(text)
         series += read_bench_csv(path, label)
     return series
+
+
+def _measured_spec(text: str) -> tuple[str, str]:
+    """``LABEL=FILE`` or ``FILE`` (labelled by its name without the extension) as
+    ``(label, path)``."""
+    label, sep, path = text.partition("=")
+    if not sep:
+        return Path(text).stem, text
+    if not label.strip() or not path.strip():
+        raise ValueError(f"--measured {text!r}: write LABEL=FILE or FILE")
+    return label.strip(), path.strip()
 
 
 def _report(rows: Sequence[SweepRow], measured: Sequence[Series], out: Path, no_plots: bool,
@@ -482,6 +490,8 @@ def _report(rows: Sequence[SweepRow], measured: Sequence[Series], out: Path, no_
         sys.stdout.write(table)
     if not no_plots:
         try:
+            from simcomm.plots import write_plots  # matplotlib only when plots are drawn
+
             written += write_plots(rows, out, measured)
         except ImportError as error:
             raise ValueError(f"plots need matplotlib (pip install simcomm[plot]), or pass "

@@ -1,10 +1,12 @@
-"""PNG plots: sweeps (time and bus bandwidth against size, one line per series) and the
-timeline of one run (rows per rank and a row per busy link).
+"""PNG plots: sweeps (time and bus bandwidth against size, one line per series; the PNGs of
+a sweep's rows, one per ranks x bandwidth x latency), the timeline of one run (rows per rank
+and a row per busy link), a DDP bucket-cap sweep and FSDP's memory over a step.
 
 Figures are drawn on matplotlib's Agg canvas directly, never through pyplot, so no display
 is needed and nothing global (pyplot's current figure, the chosen backend) is touched; a
 figure is freed like any object once it is no longer referenced. matplotlib is an optional
-dependency (``pip install simcomm[plot]``); only this module imports it.
+dependency (``pip install simcomm[plot]``); only this module imports it, and other modules
+import this one only inside the functions that draw.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from simcomm.results import SimResult
-from simcomm.sweep import Series
+from simcomm.sweep_csv import Series, SweepRow
 from simcomm.training import FSDPReport, StepReport
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -90,6 +92,52 @@ def save_png(figure: Figure, path: str | os.PathLike[str]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png", dpi=100)
+
+
+def figure_groups(rows: Sequence[SweepRow]) -> dict[tuple[int, str, str], list[Series]]:
+    """Rows split into one figure per (ranks, bandwidth, latency), a series per algorithm
+    (its colour) and topology (its line style); labels name the topology only where the
+    figure has several."""
+    groups: dict[tuple[int, str, str], dict[tuple[str, str], list[SweepRow]]] = {}
+    for row in rows:
+        groups.setdefault((row.ranks, row.bandwidth, row.latency), {}).setdefault(
+            (row.algorithm, row.topology), []).append(row)
+    figures = {}
+    for key, lines in groups.items():
+        several = len({topology for _, topology in lines}) > 1
+        figures[key] = [Series.from_rows(f"{algorithm} @ {topology}" if several else algorithm,
+                                         group, color=algorithm, style=topology)
+                        for (algorithm, topology), group in lines.items()]
+    return figures
+
+
+def _file_part(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch == "." else "p" if ch == "/" else "_"
+                   for ch in text)
+
+
+def write_plots(rows: Sequence[SweepRow], out_dir: str | os.PathLike[str],
+                measured: Sequence[Series] = ()) -> list[Path]:
+    """One PNG per (ranks, bandwidth, latency) of ``rows`` under ``out_dir`` (time and busbw
+    against size), with the ``measured`` series drawn on each; the paths written. With no
+    rows, one PNG of the measured series alone."""
+    out = Path(out_dir)
+    paths = []
+    groups = figure_groups(rows)
+    if not groups:
+        groups = {(0, "", ""): []}
+    for (ranks, bandwidth, latency), series in groups.items():
+        if ranks == 0:
+            title, name = "measured", "measured"
+        elif bandwidth or latency:
+            title = f"{ranks} ranks, links {bandwidth} and {latency}"
+            name = f"{ranks}ranks_{_file_part(bandwidth)}_{_file_part(latency)}"
+        else:
+            title, name = f"{ranks} ranks, preset or file topologies", f"{ranks}ranks"
+        path = out / f"sweep_{name}.png"
+        save_png(sweep_figure(title, series, measured), path)
+        paths.append(path)
+    return paths
 
 
 # A timeline draws at most this many rows; a run of more ranks and links shows the first ones.

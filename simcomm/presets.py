@@ -27,7 +27,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from algorithms import COLLECTIVES, ring_allreduce
+from algorithms import ring_allreduce
+from algorithms.harness.catalog import COLLECTIVES
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
 from simcomm.topology import Link, Topology, hierarchical, switch

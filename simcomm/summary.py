@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.bench import BenchRow
+from algorithms.harness.bench import BenchRow
 from simcomm.buffers import SizeOnly
 from simcomm.results import SimResult, TraceEvent
 from simcomm.units import format_bytes

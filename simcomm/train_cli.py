@@ -19,11 +19,12 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from algorithms.bench import params_from_items
-from algorithms.catalog import COLLECTIVES
 from algorithms.ddp import DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP
 from algorithms.fsdp import BACKWARD_POST, BACKWARD_PRE
-from algorithms.models import DEFAULT_THROUGHPUT, PRESET_MODELS, Model, preset_model
+from algorithms.harness.bench import params_from_items
+from algorithms.harness.catalog import COLLECTIVES
+from algorithms.harness.model_presets import DEFAULT_THROUGHPUT, PRESET_MODELS, preset_model
+from algorithms.models import Model
 from simcomm.topology import Topology
 from simcomm.training import (
     FSDPReport, StepReport, bucket_sweep, no_sharding_memory, sent_bytes, simulate_ddp,

@@ -1,5 +1,8 @@
-"""Human units at the edges (re-exported from ``algorithms.units``, which realcomm shares)."""
+"""Human units at the edges (re-exported from ``algorithms.harness.units``, which realcomm
+shares)."""
 
-from algorithms.units import format_bytes, parse_bandwidth, parse_bytes, parse_flops, parse_seconds
+from algorithms.harness.units import (
+    format_bytes, parse_bandwidth, parse_bytes, parse_flops, parse_seconds,
+)
 
 __all__ = ["format_bytes", "parse_bandwidth", "parse_bytes", "parse_flops", "parse_seconds"]

@@ -14,8 +14,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from algorithms.bench import CSV_HEADER
-from simcomm.sweep import Series, algorithm_config, bench_size
+from algorithms.harness.bench import CSV_HEADER
+from simcomm.bench import algorithm_config, bench_size
+from simcomm.sweep_csv import Series
 from simcomm.topology import Topology
 from simcomm.units import format_bytes
 

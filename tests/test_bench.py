@@ -1,22 +1,24 @@
-"""The transport-free benchmark harness: flags, nccl-tests' size/count/bandwidth rules, the
-data check and the output formats."""
+"""The transport-free benchmark harness: the configuration and its flags, nccl-tests'
+size/count/bandwidth rules, the data check and the output formats."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import pickle
 
 import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from algorithms import COLLECTIVES, ReduceOp, get_collective
-from algorithms.bench import (
-    CSV_HEADER, BenchRow, add_bench_arguments, bench_row, buffer_count, check_inputs,
-    config_from_args, count_wrong, format_csv, format_json, format_table, parse_size,
-    parse_sizes, size_range,
+from algorithms import ReduceOp
+from algorithms.harness.bench import (
+    CSV_HEADER, BenchRow, bench_config, bench_row, buffer_count, check_inputs, count_wrong,
+    format_csv, format_json, format_table, parse_size, parse_sizes, size_range,
 )
+from algorithms.harness.catalog import COLLECTIVES, get_collective
+from algorithms.harness.cli import add_bench_arguments, config_from_args
 from algorithms.reference import reduced
 from simcomm import fully_connected, simulate
 
@@ -106,7 +108,7 @@ def test_param_values_are_typed(text: str, value: object) -> None:
     config = config_from_args(parse("--algorithm", "reduce_broadcast_allreduce",
                                     "--sizes", "4", "--param", text))
     key = text.split("=")[0]
-    assert config.params[key] == value and type(config.params[key]) is type(value)
+    assert config.params == ((key, value),) and type(config.params[0][1]) is type(value)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -133,6 +135,34 @@ def test_param_values_are_typed(text: str, value: object) -> None:
 def test_config_errors_name_the_problem(argv: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         config_from_args(parse(*argv))
+
+
+def test_bench_config_without_flags() -> None:
+    config = bench_config("reduce", [8, 1024], "float64", op="max", root=1,
+                          params=["tree=true"], check=True, format="json")
+    assert config == config_from_args(parse(
+        "--algorithm", "reduce", "--sizes", "8,1KiB", "--dtype", "double", "--op", "MAX",
+        "--root", "1", "--param", "tree=true", "--check", "--format", "json"))
+    assert config.algorithm_kwargs() == {"tree": True, "op": ReduceOp.MAX, "root": 1}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"sizes": []}, "--sizes names no size"),
+    ({"sizes": [-4]}, "--sizes: a size must be an int >= 0 bytes, got -4"),
+    ({"sizes": [4.0]}, "--sizes: a size must be an int"),
+    ({"root": True}, "--root must be a rank"),
+    ({"params": ["tree=yes"]}, "--param tree=yes: expected a bool"),
+])
+def test_bench_config_errors_name_the_value(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        bench_config(**{"algorithm": "reduce", "sizes": [4], **kwargs})
+
+
+@pytest.mark.parametrize("name, params", PARAM_VARIANTS)
+def test_config_pickles(name: str, params: dict) -> None:
+    config = bench_config(name, [1024, 4096], "half",
+                          params=[f"{key}={value}" for key, value in params.items()])
+    assert pickle.loads(pickle.dumps(config)) == config
 
 
 def test_root_checked_against_world_size() -> None:

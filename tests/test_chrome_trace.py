@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms import COLLECTIVES, Compute, Join, Spawn, all_gather, ring_allreduce
+from algorithms import Compute, Join, Spawn, all_gather, ring_allreduce
+from algorithms.harness.catalog import COLLECTIVES
 from simcomm import SizeOnly, fully_connected, ring, simulate, switch
 from simcomm.chrome_trace import chrome_trace
 from simcomm.cli import main

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from algorithms.bench import CSV_HEADER
+from algorithms.harness.bench import CSV_HEADER
 from simcomm.cli import main
 
 ALPHA = 5e-6  # seconds

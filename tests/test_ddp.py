@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms import AVG, COLLECTIVES
+from algorithms import AVG
 from algorithms.ddp import BucketLauncher, assign_buckets, gradient_order
-from algorithms.models import Layer, Model, preset_model
+from algorithms.harness.catalog import COLLECTIVES
+from algorithms.harness.model_presets import preset_model
+from algorithms.models import Layer, Model
 from simcomm import SizeOnly, fully_connected, ring, simulate, switch
 from simcomm.cli import main
 from simcomm.training import model_buckets, simulate_ddp, simulate_dp

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms import COLLECTIVES, Join, Spawn, ring_allreduce, split_even
+from algorithms import Join, Spawn, ring_allreduce, split_even
+from algorithms.harness.catalog import COLLECTIVES
 from simcomm import SimResult, SizeOnly, Topology, hierarchical, simulate, switch
 
 

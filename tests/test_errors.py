@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from algorithms import (
-    COLLECTIVES, Comm, Compute, Join, Recv, Send, Spawn, Wait, broadcast, reduce,
-    ring_allreduce,
+    Comm, Compute, Join, Recv, Send, Spawn, Wait, broadcast, reduce, ring_allreduce,
 )
+from algorithms.harness.catalog import COLLECTIVES
 from simcomm import (
     AlgorithmError, DeadlockError, Link, MessageSizeError, ProtocolError, SizeOnly, Topology,
     UnreceivedMessageError, fully_connected, make_topology, ring, simulate, switch,

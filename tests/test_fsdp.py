@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from algorithms.fsdp import BACKWARD_POST, BACKWARD_PRE, fsdp_step, padded_size
-from algorithms.models import Layer, Model, preset_model
+from algorithms.harness.model_presets import preset_model
+from algorithms.models import Layer, Model
 from simcomm import fully_connected, ring, simulate, switch
 from simcomm.cli import main
 from simcomm.presets import make_preset

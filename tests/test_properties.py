@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms import COLLECTIVES, all_to_all
+from algorithms import all_to_all
+from algorithms.harness.catalog import COLLECTIVES
 from algorithms.reference import all_to_all_reference
 from simcomm.testing import Case, buffers, check_case, check_collective, dtypes, topologies
 

@@ -28,10 +28,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from algorithms import (
-    AVG, COLLECTIVES, SUM, Comm, Compute, Join, Recv, ReduceOp, Send, Spawn, Wait, chunk_bounds,
+    AVG, SUM, Comm, Compute, Join, Recv, ReduceOp, Send, Spawn, Wait, chunk_bounds,
     ring_allreduce, split_even,
 )
-from algorithms.catalog import Collective
+from algorithms.harness.catalog import COLLECTIVES, Collective
 from algorithms.reference import allreduce_reference, divide
 from realcomm import Driver, PeerError, PeerTimeoutError, spawn, start
 from realcomm.driver import divide_

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from algorithms.bench import CSV_HEADER
+from algorithms.harness.bench import CSV_HEADER
 from realcomm.cli import main
 from simcomm.cli import main as simcomm_main
 

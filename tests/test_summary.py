@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from algorithms import (
-    COLLECTIVES, Compute, Join, Recv, Send, Spawn, Wait, reduce_broadcast_allreduce,
-    ring_allreduce,
+    Compute, Join, Recv, Send, Spawn, Wait, reduce_broadcast_allreduce, ring_allreduce,
 )
-from algorithms.bench import bench_row
+from algorithms.harness.bench import bench_row
+from algorithms.harness.catalog import COLLECTIVES
 from simcomm import SizeOnly, fully_connected, ring, simulate, switch
 from simcomm.summary import (
     bench_records, busiest_links, format_summary, link_usage, rank_activity, result_to_dict,

@@ -15,14 +15,13 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from algorithms import alltoall_allreduce
-from algorithms.bench import CSV_HEADER
+from algorithms.harness.bench import CSV_HEADER
 from simcomm import SizeOnly, simulate, switch
 from simcomm.cli import main
-from simcomm.plots import sweep_figure
-from simcomm.sweep import (
-    SWEEP_HEADER, Crossover, Grid, crossovers, figure_groups, read_bench_csv, read_csv,
-    run_sweep, split_list,
-)
+from simcomm.crossover import Crossover, crossovers
+from simcomm.plots import figure_groups, sweep_figure
+from simcomm.sweep import Grid, run_sweep, split_list
+from simcomm.sweep_csv import SWEEP_HEADER, read_bench_csv, read_csv
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 P, B, R = 4, 1e11, 4e10  # ranks, link bandwidth (bytes/s), reduce bandwidth (bytes/s)

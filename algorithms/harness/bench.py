@@ -2,17 +2,16 @@
 
 ``simcomm bench`` and ``realcomm bench`` share this module, so both print the same columns
 and the two can be compared line by line. It knows nothing of how a collective is run: a
-transport runs it and hands back the seconds it took (and, with ``--check``, the results).
+transport runs it and hands back the seconds it took (and, with ``check``, the results).
 
 Public API:
 
-* ``add_bench_arguments(parser)``: the flags both command lines share (``--algorithm``,
-  ``--param``, ``--sizes`` or ``-b/-e/-f``, ``--dtype``, ``--op``, ``--root``, ``--check``,
-  ``--format``).
-* ``config_from_args(args) -> BenchConfig``: checks those flags and types them; raises
-  ``ValueError`` naming the bad flag. ``BenchConfig.check_world(world_size)`` checks what
-  needs the world size (root ranges); ``BenchConfig.algorithm_kwargs()`` is what to pass to
-  the algorithm besides ``comm`` and the buffer.
+* ``bench_config(algorithm, sizes, dtype, op, root, params, check, format) -> BenchConfig``:
+  checks a benchmark's settings and types them; raises ``ValueError`` naming the bad flag
+  and value. ``BenchConfig`` pickles, so a transport can hand it to the processes it starts.
+  ``BenchConfig.check_world(world_size)`` checks what needs the world size (root ranges);
+  ``BenchConfig.algorithm_kwargs()`` is what to pass to the algorithm besides ``comm`` and
+  the buffer.
 * ``buffer_count(collective, world_size, size, itemsize)``: per-rank input length.
 * ``bench_row(collective, world_size, size, dtype, op, root, seconds, wrong) -> BenchRow``.
 * ``check_inputs(world_size, count, dtype, op)`` and
@@ -20,8 +19,11 @@ Public API:
 * ``format_table(rows, header_lines)``, ``format_csv(rows)``, ``format_json(rows)`` and
   ``format_rows(rows, fmt, header_lines)`` which picks one of them.
 * ``parse_size``, ``parse_sizes``, ``size_range``: sizes as nccl-tests' flags spell them.
+* ``params_from_items``: ``key=value`` texts typed as the algorithm's keyword arguments.
 * ``DTYPES`` (nccl-tests type name -> numpy dtype), ``type_name(dtype)``, ``CSV_HEADER``,
   ``FORMATS``.
+
+The command-line flags that fill a ``BenchConfig`` are in ``algorithms.harness.cli``.
 
 Unchecked rows have ``wrong = None``, printed ``N/A`` as nccl-tests prints a run without
 its data check (``null`` in JSON).
@@ -47,20 +49,19 @@ A run that takes no time (one rank, say) moved nothing across a link: its bandwi
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from algorithms.catalog import Collective, get_collective
+from algorithms.harness.catalog import Collective, get_collective
+from algorithms.harness.units import parse_bytes
 from algorithms.ops import ReduceOp
-from algorithms.units import parse_bytes
 
 DTYPES: Mapping[str, np.dtype] = MappingProxyType({
     "half": np.dtype(np.float16), "float": np.dtype(np.float32),
@@ -71,8 +72,6 @@ _DTYPE_ALIASES = {"float16": "half", "float32": "float", "float64": "double"}
 FORMATS = ("table", "csv", "json")
 CSV_HEADER = "size,count,type,redop,root,time_us,algbw_GBps,busbw_GBps,wrong"
 
-# nccl-tests' default -b and -e (src/common.cu): 32 MiB.
-DEFAULT_BYTES = 32 * 1024**2
 # Gathered, scattered and exchanged collectives split their buffer into p equal parts.
 _SPLIT_KINDS = ("allgather", "reducescatter", "alltoall")
 # Arguments a harness sets itself: never through --param.
@@ -115,38 +114,12 @@ def buffer_count(collective: Collective, world_size: int, size: int, itemsize: i
     return count
 
 
-# -- command line -----------------------------------------------------------------------
-
-def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the benchmark flags that every transport's ``bench`` command shares."""
-    parser.add_argument("--algorithm", required=True, metavar="NAME",
-                        help="collective to run, by its Python name (e.g. ring_allreduce)")
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        help="keyword argument for the algorithm, e.g. tree=true (repeatable)")
-    parser.add_argument("--sizes", metavar="LIST",
-                        help="comma-separated sizes in bytes, e.g. 1KiB,1MiB,1GiB")
-    parser.add_argument("-b", "--minbytes", metavar="SIZE",
-                        help="smallest size, as nccl-tests (default 32M)")
-    parser.add_argument("-e", "--maxbytes", metavar="SIZE",
-                        help="largest size, as nccl-tests (default 32M)")
-    parser.add_argument("-f", "--stepfactor", type=int, metavar="N",
-                        help="multiply the size by N between runs (default 2)")
-    parser.add_argument("--dtype", default="float", metavar="TYPE",
-                        help="float16/half, float32/float, float64/double, int32 or int64 "
-                             "(default float)")
-    parser.add_argument("--op", metavar="OP",
-                        help="reduction: sum, prod, max, min or avg (default sum)")
-    parser.add_argument("--root", type=int, metavar="RANK",
-                        help="root rank of broadcast and reduce (default 0)")
-    parser.add_argument("--check", action="store_true",
-                        help="run on real data and count wrong elements")
-    parser.add_argument("--format", default="table", metavar="FORMAT",
-                        help="table (as nccl-tests prints), csv or json (default table)")
-
+# -- configuration ----------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """The checked, typed benchmark flags."""
+    """The checked, typed settings of a benchmark (made by ``bench_config``); plain values
+    only, so it pickles."""
 
     collective: Collective
     sizes: tuple[int, ...]
@@ -155,7 +128,7 @@ class BenchConfig:
     root: int | None  # None for collectives without a root
     check: bool = False
     format: str = "table"
-    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    params: tuple[tuple[str, Any], ...] = ()  # (name, value) of the ``--param`` values
 
     @property
     def type_name(self) -> str:
@@ -173,44 +146,46 @@ class BenchConfig:
 
     def check_world(self, world_size: int) -> None:
         """Raise ``ValueError`` if a root (``--root`` or ``--param root=``) is not a rank."""
-        for flag, root in (("--root", self.root), ("--param root", self.params.get("root"))):
+        for flag, root in (("--root", self.root), ("--param root", dict(self.params).get("root"))):
             if root is not None and not 0 <= root < world_size:
                 raise ValueError(f"{flag} {root} is not a rank of a world of {world_size} "
                                  f"(0 to {world_size - 1})")
 
 
-def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    """Check the flags of ``add_bench_arguments`` and return them typed."""
-    collective = get_collective(args.algorithm)
-    dtype_name = _DTYPE_ALIASES.get(args.dtype, args.dtype)
+def bench_config(algorithm: str, sizes: Iterable[int], dtype: str = "float",
+                 op: str | None = None, root: int | None = None, params: Iterable[str] = (),
+                 check: bool = False, format: str = "table") -> BenchConfig:
+    """Check a benchmark's settings, as the bench flags spell them, and type them.
+
+    ``algorithm`` is a collective's Python name; ``sizes`` are bytes; ``dtype`` an nccl-tests
+    or numpy type name; ``op`` a reduction (default sum, for collectives that reduce);
+    ``root`` a rank (default 0, for collectives with a root); ``params`` ``key=value``
+    texts for the algorithm's other keyword arguments; ``format`` one of ``FORMATS``.
+    Raises ``ValueError`` naming the bad flag and value.
+    """
+    collective = get_collective(algorithm)
+    dtype_name = _DTYPE_ALIASES.get(dtype, dtype)
     if dtype_name not in DTYPES:
-        raise ValueError(f"unknown --dtype {args.dtype!r}; known: "
+        raise ValueError(f"unknown --dtype {dtype!r}; known: "
                          f"{', '.join(list(_DTYPE_ALIASES) + list(DTYPES))}")
-    dtype = DTYPES[dtype_name]
-    if args.format not in FORMATS:
-        raise ValueError(f"unknown --format {args.format!r}; known: {', '.join(FORMATS)}")
-    sizes = _sizes_from_args(args)
+    numpy_dtype = DTYPES[dtype_name]
+    if format not in FORMATS:
+        raise ValueError(f"unknown --format {format!r}; known: {', '.join(FORMATS)}")
+    sizes = tuple(sizes)
+    if not sizes:
+        raise ValueError("--sizes names no size")
     for size in sizes:
-        if size % dtype.itemsize:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"--sizes: a size must be an int >= 0 bytes, got {size!r}")
+        if size % numpy_dtype.itemsize:
             raise ValueError(f"size {size} B is not a multiple of the {dtype_name} element "
-                             f"size ({dtype.itemsize} B)")
-    return BenchConfig(collective, sizes, dtype, _op_from_args(collective, args.op),
-                       _root_from_args(collective, args.root), bool(args.check), args.format,
-                       MappingProxyType(params_from_items(collective, args.param)))
+                             f"size ({numpy_dtype.itemsize} B)")
+    return BenchConfig(collective, sizes, numpy_dtype, _checked_op(collective, op),
+                       _checked_root(collective, root), bool(check), format,
+                       tuple(params_from_items(collective, params).items()))
 
 
-def _sizes_from_args(args: argparse.Namespace) -> tuple[int, ...]:
-    stepped = (args.minbytes, args.maxbytes, args.stepfactor)
-    if args.sizes is not None:
-        if any(value is not None for value in stepped):
-            raise ValueError("give either --sizes or -b/-e/-f, not both")
-        return parse_sizes(args.sizes)
-    minbytes = DEFAULT_BYTES if args.minbytes is None else parse_size(args.minbytes)
-    maxbytes = DEFAULT_BYTES if args.maxbytes is None else parse_size(args.maxbytes)
-    return size_range(minbytes, maxbytes, 2 if args.stepfactor is None else args.stepfactor)
-
-
-def _op_from_args(collective: Collective, op: str | None) -> ReduceOp | None:
+def _checked_op(collective: Collective, op: str | None) -> ReduceOp | None:
     if not collective.takes_op:
         if op is not None:
             raise ValueError(f"--op: {collective.name} does not reduce, so it takes no op")
@@ -224,19 +199,19 @@ def _op_from_args(collective: Collective, op: str | None) -> ReduceOp | None:
                          f"{', '.join(o.value for o in ReduceOp)}") from None
 
 
-def _root_from_args(collective: Collective, root: int | None) -> int | None:
+def _checked_root(collective: Collective, root: int | None) -> int | None:
     if not collective.takes_root:
         if root is not None:
             raise ValueError(f"--root: {collective.name} has no root")
         return None
     if root is None:
         return 0
-    if root < 0:
-        raise ValueError(f"--root must be a rank >= 0, got {root}")
+    if isinstance(root, bool) or not isinstance(root, int) or root < 0:
+        raise ValueError(f"--root must be a rank >= 0, got {root!r}")
     return root
 
 
-def params_from_items(collective: Collective, items: Sequence[str]) -> dict[str, Any]:
+def params_from_items(collective: Collective, items: Iterable[str]) -> dict[str, Any]:
     """Parse `--param key=value` items into keyword arguments the algorithm accepts, with
     errors that name the bad item."""
     accepted = _settable_parameters(collective)

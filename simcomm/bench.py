@@ -1,0 +1,110 @@
+"""What ``simcomm bench`` runs: a collective simulated at each size on a topology and scored
+in nccl-tests' columns (``algorithms.harness.bench``).
+
+* ``algorithm_config(spec, sizes)``: the bench configuration of ``NAME`` or
+  ``NAME:key=value,...`` (``reduce_broadcast_allreduce:tree=true``).
+* ``is_builder``, ``load_named_topology``, ``build_topology``: the topology a name stands
+  for: a builder (``ring``, ``fully_connected``, ``switch``, ``hierarchical``) made with
+  ranks, bandwidth and latency in human units, a preset or a topology file.
+* ``bench_size(config, topology, size)`` simulates one size and returns its row;
+  ``bench_rows`` every size of the configuration; ``traced_run`` one size again with the op
+  trace, for summaries, Chrome traces and timelines.
+
+``simcomm sweep`` runs ``bench_size`` once per grid point and ``simcomm validate`` once per
+measured row.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+
+from algorithms.harness.bench import (
+    BenchConfig, BenchRow, bench_config, bench_row, buffer_count, check_inputs, count_wrong,
+)
+from simcomm.buffers import SizeOnly
+from simcomm.engine import simulate
+from simcomm.presets import PRESETS, is_preset_spec
+from simcomm.results import SimResult
+from simcomm.topofile import load_topology
+from simcomm.topology import TOPOLOGIES, Topology, make_topology
+from simcomm.units import parse_bandwidth, parse_seconds
+
+
+def algorithm_config(spec: str, sizes: Iterable[int], dtype: str = "float") -> BenchConfig:
+    """The bench configuration of ``NAME`` or ``NAME:key=value,...`` at ``sizes``, checked
+    as ``simcomm bench`` checks its flags; errors name the spec."""
+    name, _, params = spec.partition(":")
+    try:
+        return bench_config(name.strip(), sizes, dtype,
+                            params=[p for p in params.split(",") if p.strip()])
+    except ValueError as error:
+        raise ValueError(f"algorithm {spec!r}: {error}") from None
+
+
+def is_builder(spec: str) -> bool:
+    """Whether ``spec`` names a topology builder that needs ranks, bandwidth and latency."""
+    return spec in TOPOLOGIES
+
+
+def load_named_topology(spec: str) -> Topology:
+    """A preset (``dgx-a100``, ``cluster-h100:nodes=4``) or a topology file (``lab.toml``)."""
+    if not (is_preset_spec(spec) or spec.endswith(".toml") or os.path.exists(spec)):
+        raise ValueError(f"unknown topology {spec!r}: not a builder ({', '.join(TOPOLOGIES)}), "
+                         f"a preset ({', '.join(PRESETS)}) or a topology file (.toml)")
+    return load_topology(spec)
+
+
+def build_topology(spec: str, ranks: int, bandwidth: str, latency: str,
+                   reduce_bandwidth: str = "inf") -> Topology:
+    """A builder topology from human units (``100GB/s``, ``5us``), or a preset or file
+    (then the other arguments are ignored: it has its own)."""
+    if not is_builder(spec):
+        return load_named_topology(spec)
+    return make_topology(spec, ranks, _parse("bandwidth", parse_bandwidth, bandwidth),
+                         _parse("latency", parse_seconds, latency),
+                         _parse("reduce bandwidth", parse_bandwidth, reduce_bandwidth))
+
+
+def _parse(what: str, parse: Callable[[str], float], text: str) -> float:
+    try:
+        return parse(text)
+    except ValueError as error:
+        raise ValueError(f"{what} {text!r}: {error}") from None
+
+
+def bench_size(config: BenchConfig, topology: Topology, size: int) -> BenchRow:
+    """Simulate ``config``'s collective at ``size`` bytes on ``topology`` and score it.
+
+    Size-only buffers unless ``config.check``, which runs numpy data and counts wrong
+    elements.
+    """
+    p = topology.size
+    count = buffer_count(config.collective, p, size, config.dtype.itemsize)
+    if config.check:
+        inputs = check_inputs(p, count, config.dtype, config.op)
+    else:
+        inputs = [SizeOnly(count, config.dtype)] * p  # immutable, so one serves every rank
+    result = simulate(config.collective.function, inputs, topology, record=False,
+                      **config.algorithm_kwargs())
+    wrong = None
+    if config.check:
+        wrong = count_wrong(config.collective, inputs, result.results, config.op,
+                            config.root, dict(config.params))
+    return bench_row(config.collective, p, size, config.dtype, config.op, config.root,
+                     result.time, wrong)
+
+
+def bench_rows(config: BenchConfig, topology: Topology) -> list[BenchRow]:
+    """Every size of ``config`` on ``topology``, after checking its root is a rank."""
+    config.check_world(topology.size)
+    return [bench_size(config, topology, size) for size in config.sizes]
+
+
+def traced_run(config: BenchConfig, topology: Topology, size: int,
+               trace: str | os.PathLike[str] | None = None) -> SimResult:
+    """``size`` again, size-only, with the op trace kept (and written as a Chrome trace to
+    ``trace`` if given): timing does not depend on the data."""
+    count = buffer_count(config.collective, topology.size, size, config.dtype.itemsize)
+    return simulate(config.collective.function, [SizeOnly(count, config.dtype)] * topology.size,
+                    topology, trace=trace, **config.algorithm_kwargs())
