@@ -12,12 +12,12 @@ from algorithms.collectives import (
     reduce_scatter, ring_allreduce,
 )
 from algorithms.ops import (
-    AVG, MAX, MIN, PROD, SUM, Alloc, Comm, Compute, Copy, Divide, Footprint, Join, Op, Recv,
-    ReduceOp, Send, Spawn, Wait,
+    AVG, MAX, MIN, PROD, SUM, Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Join, Op,
+    Recv, ReduceOp, Send, Spawn, Wait,
 )
 
 __all__ = [
-    "AVG", "MAX", "MIN", "PROD", "SUM", "Alloc", "Comm", "Compute", "Copy", "Divide",
+    "AVG", "MAX", "MIN", "PROD", "SUM", "Alloc", "Combine", "Comm", "Compute", "Copy", "Divide",
     "Footprint", "Join", "Op", "Recv", "ReduceOp", "Send", "Spawn", "Wait", "all_gather",
     "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds", "reduce",
     "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "split_even",

@@ -20,7 +20,7 @@ from typing import Any
 
 from algorithms.buffers import split_even, split_sizes
 from algorithms.ops import (
-    AVG, SUM, Alloc, Comm, Copy, Divide, Join, Recv, ReduceOp, Send, Wait,
+    AVG, SUM, Alloc, Combine, Comm, Copy, Divide, Join, Recv, ReduceOp, Send, Wait,
 )
 
 Schedule = Generator[Any, Any, Any]
@@ -174,13 +174,7 @@ def alltoall_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, chunked: bool = F
     sends_to = [(r + k) % p for k in range(1, p)]  # shifted order: no rank is everyone's first
     recvs_from = [(r - k) % p for k in range(1, p)]
     if not chunked:
-        handles = []
-        for peer in sends_to:
-            handles.append((yield Send(peer, x, "all-to-all")))
-        for peer in recvs_from:
-            handles.append((yield Recv(peer, x, op, "all-to-all")))
-        if handles:
-            yield Wait(*handles)
+        yield from _fold_in_rank_order(comm, x, op, sends_to)
         yield from _finish_avg(op, x, p)
         return x
     chunks = split_even(x, p)
@@ -200,6 +194,33 @@ def alltoall_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, chunked: bool = F
     if handles:
         yield Wait(*handles)
     return x
+
+
+def _fold_in_rank_order(comm: Comm, x: Any, op: ReduceOp, sends_to: list[int]) -> Schedule:
+    # Every rank folds the p buffers in one order, x_0, x_1, ..., x_{p-1}, so that every
+    # rank evaluates the same expression: floating-point reduction is not associative, and
+    # folding in arrival order would leave each rank different bits. x_0 lands in x and
+    # the rest fold into it; this rank's own part, kept aside, joins at its turn.
+    p, r = comm.size, comm.rank
+    handles = []
+    for peer in sends_to:
+        handles.append((yield Send(peer, x, "all-to-all")))
+    own = x
+    if r > 0:
+        own = yield Alloc(len(x), x)
+        yield Copy(own, x)
+    for peer in range(r):
+        handles.append((yield Recv(peer, x, None if peer == 0 else op, "all-to-all")))
+    if handles:
+        yield Wait(*handles)  # receives land in the order they are named
+    if r > 0:
+        yield Combine(x, own, op)
+    # Posted only now: nothing may write x while a receive into it is outstanding.
+    later = []
+    for peer in range(r + 1, p):
+        later.append((yield Recv(peer, x, op, "all-to-all")))
+    if later:
+        yield Wait(*later)
 
 
 def all_to_all(comm: Comm, x: Any, split_sizes_matrix: Sequence[Sequence[int]] | None = None

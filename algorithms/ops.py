@@ -122,6 +122,21 @@ class Copy:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Combine:
+    """Combine ``src`` into ``dst`` on this rank with ``op``, element by element (same length
+    and dtype): a local reduction, charged as a reducing receive's. ``AVG`` combines as a
+    sum (divide once at the end)."""
+
+    dst: Any
+    src: Any
+    op: ReduceOp
+
+    def __post_init__(self) -> None:
+        if type(self.op) is not ReduceOp:
+            raise TypeError(f"Combine.op must be a ReduceOp, got {self.op!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Divide:
     """Divide ``buf`` in place by ``divisor`` (integers truncate toward zero, as C does)."""
 
@@ -191,7 +206,7 @@ class Footprint:
             raise ValueError(f"Footprint.delta must be an int of bytes, got {self.delta!r}")
 
 
-Op = Send | Recv | Wait | Compute | Copy | Divide | Alloc | Spawn | Join | Footprint
+Op = Send | Recv | Wait | Compute | Copy | Combine | Divide | Alloc | Spawn | Join | Footprint
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,21 +16,37 @@ The rules:
   return a handle that the task that posted it waits exactly once, before the task returns.
 * ``Join`` names another task of the same rank; any task may join any other, any number of
   times; every spawned task is joined at least once before its spawner returns.
-* ``Copy`` copies between buffers of equal length and dtype.
+* ``Copy`` and ``Combine`` work on two buffers of equal length and dtype.
+* Memory, where buffers have it: from posting to its Wait, a receive's memory may be
+  neither read (by a ``Send``, a ``Copy``, a ``Combine``) nor written by a local op (a
+  ``Copy``, a ``Combine``, a ``Divide``): its data may land at any moment. Receives into
+  overlapping memory are waited in the order they were posted (one Wait applies its
+  receives in the order it names them). A send's memory may not be written until the send
+  is waited, by a local op or by a receive waited before it.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Hashable
 from typing import Any
 
 from algorithms.ops import (
-    Alloc, Compute, Copy, Divide, Footprint, Join, Recv, ReduceOp, Send, Spawn, Wait,
+    Alloc, Combine, Compute, Copy, Divide, Footprint, Join, Recv, ReduceOp, Send, Spawn, Wait,
 )
 
 MAIN_CHANNEL = 0
 BLOCKED = object()  # what an op handler returns when its task cannot go on yet
+
+# A buffer's memory: (device, address of its first byte, address past its last byte).
+Span = tuple[Hashable, int, int]
+
+
+def overlaps(a: Span | None, b: Span | None) -> bool:
+    """Whether two spans share a byte (no span, or an empty one, shares none)."""
+    return (a is not None and b is not None and a[0] == b[0]
+            and a[1] < b[2] and b[1] < a[2] and a[1] < a[2] and b[1] < b[2])
 
 
 class AlgorithmError(Exception):
@@ -51,6 +67,10 @@ class UnreceivedMessageError(ProtocolError):
 
 class DeadlockError(AlgorithmError):
     """Every unfinished task is blocked and nothing is in flight."""
+
+
+class RunLimitError(AlgorithmError):
+    """A run went past its bound on ops or time: an algorithm that never ends, most likely."""
 
 
 class Task:
@@ -80,14 +100,16 @@ class Handle:
     compare by identity, so a task's outstanding handles can be a dict.
     """
 
-    __slots__ = ("task", "is_send", "peer", "buf", "reduce", "label", "waited")
+    __slots__ = ("task", "is_send", "peer", "buf", "reduce", "label", "waited", "span", "seq")
 
     def __init__(self, task: Task, is_send: bool, peer: int, buf: Any,
-                 reduce: ReduceOp | None, label: str) -> None:
+                 reduce: ReduceOp | None, label: str, span: Span | None = None) -> None:
         self.task, self.is_send, self.peer, self.buf, self.reduce = (
             task, is_send, peer, buf, reduce)
         self.label = label
         self.waited = False
+        self.span = span  # None: the buffer has no memory to guard (size-only)
+        self.seq = 0  # posting order among the rank's guarded handles
         task.outstanding[self] = None
 
     def describe(self) -> str:
@@ -104,17 +126,22 @@ class Interpreter(ABC):
     ``recv``, ``wait``, ``compute``, ``copy``, ``divide``, ``alloc``, ``footprint``),
     ``new_task``, ``run_child_first`` (how a spawned task gets to run before its spawner)
     and ``resume`` (let a blocked task go on), and may override the hooks ``on_block``,
-    ``on_finish`` and ``context``. A handler returns the value to send back into the
+    ``on_finish`` and ``where``. A handler returns the value to send back into the
     generator, or ``BLOCKED`` when the task must wait; the interpreter later resumes it.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, max_ops: float = math.inf) -> None:
         self.size = size
+        self.max_ops = max_ops  # ops all tasks may run in all; a bound on runaway loops
+        self.ops = 0
+        # Per rank, its posted and not yet waited handles whose buffers have memory.
+        self.in_flight: dict[int, dict[Handle, None]] = {}
+        self.posted = 0
         self.live_channels: set[tuple[int, Hashable]] = set()
         self.handlers: dict[type, Callable[[Any, Any], Any]] = {
             Send: self.send, Recv: self.recv, Wait: self.wait, Compute: self.compute,
-            Copy: self.copy, Divide: self.divide, Alloc: self.alloc, Spawn: self.spawn,
-            Join: self.join, Footprint: self.footprint,
+            Copy: self.copy, Combine: self.combine, Divide: self.divide, Alloc: self.alloc,
+            Spawn: self.spawn, Join: self.join, Footprint: self.footprint,
         }
 
     # -- what each transport supplies ---------------------------------------------------
@@ -133,9 +160,9 @@ class Interpreter(ABC):
     def on_finish(self, task: Task) -> None:
         """Called when ``task`` has ended, before its joiners go on."""
 
-    def context(self, task: Task) -> str:
-        """Where an algorithm's own exception was raised, added to it as a note."""
-        return f"raised by the algorithm on rank {task.rank} (channel {task.channel!r})"
+    def where(self, task: Task) -> str:
+        """Where ``task`` is, in words, for messages (the simulator adds the time)."""
+        return f"rank {task.rank} (channel {task.channel!r})"
 
     @abstractmethod
     def send(self, task: Any, op: Send) -> Any:
@@ -156,6 +183,10 @@ class Interpreter(ABC):
     @abstractmethod
     def copy(self, task: Any, op: Copy) -> Any:
         """Call ``check_copy``, then copy."""
+
+    @abstractmethod
+    def combine(self, task: Any, op: Combine) -> Any:
+        """Call ``check_copy``, then combine ``op.src`` into ``op.dst``."""
 
     @abstractmethod
     def divide(self, task: Any, op: Divide) -> Any:
@@ -185,22 +216,31 @@ class Interpreter(ABC):
     def step(self, task: Task, value: Any) -> None:
         """Run ``task`` from where it stopped, sending ``value`` in, until it blocks or ends."""
         handlers, send = self.handlers, task.gen.send
+        budget, count = self.max_ops - self.ops, 0
         while True:
             try:
                 op = send(value)
             except StopIteration as stop:
+                self.ops += count
                 self.finish(task, stop.value)
                 return
             except AlgorithmError:
                 raise
             except Exception as error:
-                error.add_note(self.context(task))
+                error.add_note(f"raised by the algorithm on {self.where(task)}")
                 raise
             handler = handlers.get(type(op))
             if handler is None:
                 raise ProtocolError(f"rank {task.rank} yielded {op!r}, which is not an op")
+            count += 1
+            if count > budget:
+                raise RunLimitError(
+                    f"the run passed its limit of {self.max_ops:g} ops (max_ops) while "
+                    f"{self.where(task)} yielded {type(op).__name__}: an algorithm that "
+                    "never ends? A larger run needs a larger max_ops")
             value = handler(task, op)
             if value is BLOCKED:
+                self.ops += count
                 self.on_block(task)
                 return
 
@@ -258,6 +298,14 @@ class Interpreter(ABC):
 
     def accept_wait(self, task: Task, handles: tuple[Any, ...]) -> None:
         """Check that ``task`` may wait on ``handles`` and mark them waited."""
+        self._check_handles(task, handles)
+        flight = self.in_flight.get(task.rank)
+        if flight:
+            self._check_landing(task, handles, flight)
+            for h in handles:
+                flight.pop(h, None)
+
+    def _check_handles(self, task: Task, handles: tuple[Any, ...]) -> None:
         for h in handles:
             if not isinstance(h, Handle):
                 raise ProtocolError(f"rank {task.rank} waited on {h!r}, which is not a Send "
@@ -270,8 +318,73 @@ class Interpreter(ABC):
             h.waited = True
             del task.outstanding[h]
 
-    def check_copy(self, task: Task, op: Copy) -> None:
-        """A copy is between buffers of equal length and dtype."""
+    def check_copy(self, task: Task, op: Copy | Combine) -> None:
+        """A copy or a combine is between buffers of equal length and dtype."""
         if len(op.dst) != len(op.src) or op.dst.dtype != op.src.dtype:
-            raise ProtocolError(f"rank {task.rank} copied {len(op.src)} x {op.src.dtype} into "
-                                f"{len(op.dst)} x {op.dst.dtype}")
+            what = "copied" if isinstance(op, Copy) else "combined"
+            raise ProtocolError(f"rank {task.rank} {what} {len(op.src)} x {op.src.dtype} "
+                                f"into {len(op.dst)} x {op.dst.dtype}")
+
+    # -- memory --------------------------------------------------------------------------
+
+    def guard(self, h: Handle) -> None:
+        """Check a newly posted handle against the rank's memory in flight, then add it."""
+        flight = self.in_flight.setdefault(h.task.rank, {})
+        if h.is_send:
+            self._refuse_reading(h.task, h.span, f"posted a {h.describe()}, which reads",
+                                 flight)
+        self.posted += 1
+        h.seq = self.posted
+        flight[h] = None
+
+    def check_local(self, task: Task, what: str, span_of: Callable[[Any], Span | None],
+                    reads: tuple[Any, ...] = (), writes: tuple[Any, ...] = ()) -> None:
+        """Check that a local op (``what``) reads and writes no memory in flight."""
+        flight = self.in_flight.get(task.rank)
+        if not flight:
+            return
+        for buf in reads:
+            self._refuse_reading(task, span_of(buf), f"{what} reads", flight)
+        for buf in writes:
+            span = span_of(buf)
+            for other in flight:
+                if overlaps(span, other.span):
+                    if other.is_send:
+                        raise ProtocolError(
+                            f"rank {task.rank} {what} writes the buffer of its outstanding "
+                            f"{other.describe()}; wait for that send first")
+                    raise ProtocolError(
+                        f"rank {task.rank} {what} writes memory that its outstanding "
+                        f"{other.describe()} writes; wait for that receive first")
+
+    @staticmethod
+    def _refuse_reading(task: Task, span: Span | None, what: str,
+                        flight: dict[Handle, None]) -> None:
+        for other in flight:
+            if not other.is_send and overlaps(span, other.span):
+                raise ProtocolError(
+                    f"rank {task.rank} {what} memory that its outstanding {other.describe()} "
+                    "writes; its data may land at any moment: wait for that receive first")
+
+    @staticmethod
+    def _check_landing(task: Task, handles: tuple[Any, ...],
+                       flight: dict[Handle, None]) -> None:
+        # A receive lands when it is waited: not over a send still to be waited, and not
+        # before an overlapping receive posted earlier.
+        named: set[Handle] = set()
+        for h in handles:
+            named.add(h)
+            if h.is_send or h.span is None:
+                continue
+            for other in flight:
+                if other is h or not overlaps(h.span, other.span):
+                    continue
+                if other.is_send and other not in handles:
+                    raise ProtocolError(
+                        f"rank {task.rank} waited on its {h.describe()}, which changes the "
+                        f"buffer of its {other.describe()} before that send was waited")
+                if not other.is_send and other.seq < h.seq and other not in named:
+                    raise ProtocolError(
+                        f"rank {task.rank} waited on its {h.describe()} before its "
+                        f"{other.describe()}, posted earlier into the same memory: wait for "
+                        "receives into one buffer in the order they were posted")

@@ -9,7 +9,8 @@ Each op of ``algorithms.ops`` becomes torch work on the tensor's own device:
 * A plain ``Recv`` lands in its buffer directly. A reducing one lands in a scratch buffer
   that the driver owns and reuses (keyed by length, dtype and device), and is folded into
   the buffer with an in-place torch op once the data is there.
-* ``Wait`` waits for the works; ``Copy``, ``Divide`` and ``Alloc`` are torch ops;
+* ``Wait`` waits for the works; ``Copy``, ``Combine``, ``Divide`` and ``Alloc`` are torch
+  ops;
   ``Compute`` runs its ``work`` if it has one (a real layer's forward, say), else sleeps for
   its seconds (it stands for a kernel), one at a time per rank.
 * ``Spawn`` / ``Join`` run tasks cooperatively in one thread: when every task is blocked,
@@ -20,9 +21,9 @@ Each op of ``algorithms.ops`` becomes torch work on the tensor's own device:
 Message semantics follow ``algorithms.ops``: a receive's data is there once it is waited.
 A Wait finishes its sends before it folds a receive into memory that those sends read, and
 applies its receives in the order it names them, so a run gives the same bits as
-``simcomm``. One rule is stricter than the simulator's: while a plain receive is outstanding
-(posted, not yet waited), no other send or receive may touch its memory (its data lands
-in place, whenever it arrives); the driver raises ``ProtocolError`` if one does.
+``simcomm``. The rules of memory are ``algorithms.protocol``'s, the simulator's too: from
+posting to its Wait nothing else reads a receive's buffer or writes it by a local op, so a
+plain receive can land in place, whenever it arrives.
 
 Channels: the main task runs on channel 0, the driver's own process group. Every other
 channel a task may be spawned on is declared when the driver is made, and gets a process
@@ -55,9 +56,11 @@ import torch
 import torch.distributed as dist
 
 from algorithms.buffers import chunk_bounds
-from algorithms.ops import Alloc, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Wait
+from algorithms.ops import (
+    Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Wait,
+)
 from algorithms.protocol import (
-    BLOCKED, MAIN_CHANNEL, Handle, Interpreter, ProtocolError, Task,
+    BLOCKED, MAIN_CHANNEL, Handle, Interpreter, ProtocolError, Task, overlaps,
 )
 
 DEFAULT_TIMEOUT = 300.0  # seconds
@@ -265,18 +268,13 @@ def _span(buf: torch.Tensor) -> tuple[torch.device, int, int]:
 class _Handle(Handle):
     """A posted Send or Recv, and the slices it travels in once flushed."""
 
-    __slots__ = ("span", "scratch", "pieces")
+    __slots__ = ("scratch", "pieces")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: torch.Tensor,
                  reduce: ReduceOp | None, label: str) -> None:
-        super().__init__(task, is_send, peer, buf, reduce, label)
-        self.span = _span(buf)
+        super().__init__(task, is_send, peer, buf, reduce, label, _span(buf))
         self.scratch: torch.Tensor | None = None  # where the data lands, if not in buf
         self.pieces: list[tuple[tuple[Any, ...], int, int]] = []  # (works, start, stop)
-
-    def overlaps(self, other: _Handle) -> bool:
-        (dev_a, lo_a, hi_a), (dev_b, lo_b, hi_b) = self.span, other.span
-        return dev_a == dev_b and lo_a < hi_b and lo_b < hi_a and lo_a < hi_a and lo_b < hi_b
 
 
 class _Task(Task):
@@ -390,6 +388,7 @@ class _Run(Interpreter):
             raise ProtocolError(f"rank {self.rank} posted a {what} of a "
                                 f"{type(op.buf).__name__} that is not a contiguous tensor")
         h = _Handle(task, is_send, op.peer, op.buf, None if is_send else op.reduce, op.label)
+        self.guard(h)
         task.queued.append(h)
         return h
 
@@ -426,14 +425,13 @@ class _Run(Interpreter):
             h.pieces.append((op_works, start, stop))
 
     def _place(self, h: _Handle) -> None:
-        """Decide where a receive lands, and refuse ops over an outstanding plain receive."""
-        overlapping = [o for o in self.outstanding.values() if h.overlaps(o)]
-        for other in overlapping:
-            if not other.is_send and other.scratch is None:
-                raise ProtocolError(
-                    f"rank {self.rank} posted a {h.describe()} over memory that its "
-                    f"outstanding {other.describe()} writes; wait for that receive first")
-        if not h.is_send and (h.reduce is not None or overlapping):
+        """Decide where a receive lands: in its buffer, unless it reduces or its memory is
+        shared with another send or receive in flight (the rules of ``algorithms.protocol``
+        keep everything else off it until it is waited)."""
+        if h.is_send:
+            return
+        if h.reduce is not None or any(overlaps(h.span, o.span)
+                                       for o in self.outstanding.values()):
             h.scratch = self.driver._take_scratch(h.buf)
 
     def _slices(self, count: int, itemsize: int) -> list[tuple[int, int]]:
@@ -448,30 +446,22 @@ class _Run(Interpreter):
     def wait(self, task: _Task, op: Wait) -> Any:
         self._flush(task)
         self.accept_wait(task, op.handles)
-        in_this_wait = {id(h) for h in op.handles}
-        for h in op.handles:
-            if h.is_send:
-                continue
-            for other in self.outstanding.values():
-                if (other.is_send and id(other) not in in_this_wait and h.scratch is not None
-                        and h.overlaps(other)):
-                    raise ProtocolError(
-                        f"rank {self.rank} waited on its {h.describe()}, which changes the "
-                        f"buffer of its {other.describe()} before that send was waited")
         self.waiting.append((task, op.handles, time.monotonic() + self.driver.timeout))
         return BLOCKED
 
     def _finish_wait(self, handles: Sequence[_Handle], deadline: float) -> None:
         """Wait for every handle and land the receives, in order. Runs in any thread."""
-        sends = [h for h in handles if h.is_send]
         finished: set[int] = set()
         for h in handles:
             if h.is_send or h.scratch is None:
                 continue
-            for s in sends:  # the data of a send must leave before we overwrite it
-                if id(s) not in finished and h.overlaps(s):
-                    self._wait_pieces(s, deadline)
-                    finished.add(id(s))
+            # Before this receive lands, the data of a send must have left and a receive
+            # named before it (landing in place) must have arrived.
+            for other in handles:
+                if (id(other) not in finished and other.scratch is None and other is not h
+                        and overlaps(h.span, other.span)):
+                    self._wait_pieces(other, deadline)
+                    finished.add(id(other))
             combine = _COMBINE.get(h.reduce)
             for works, start, stop in h.pieces:
                 self._wait_works(h, works, deadline)
@@ -517,9 +507,16 @@ class _Run(Interpreter):
 
     def copy(self, task: _Task, op: Copy) -> None:
         self.check_copy(task, op)
+        self.check_local(task, "Copy", _span, reads=(op.src,), writes=(op.dst,))
         op.dst.copy_(op.src)
 
+    def combine(self, task: _Task, op: Combine) -> None:
+        self.check_copy(task, op)
+        self.check_local(task, "Combine", _span, reads=(op.src,), writes=(op.dst,))
+        _COMBINE[op.op](op.dst, op.src)
+
     def divide(self, task: _Task, op: Divide) -> None:
+        self.check_local(task, "Divide", _span, writes=(op.buf,))
         divide_(op.buf, op.divisor)
 
     def alloc(self, task: _Task, op: Alloc) -> torch.Tensor:

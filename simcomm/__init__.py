@@ -2,7 +2,8 @@
 ``algorithms`` and reports what they cost."""
 
 from algorithms.protocol import (
-    AlgorithmError, DeadlockError, MessageSizeError, ProtocolError, UnreceivedMessageError,
+    AlgorithmError, DeadlockError, MessageSizeError, ProtocolError, RunLimitError,
+    UnreceivedMessageError,
 )
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
@@ -14,7 +15,7 @@ from simcomm.units import parse_bandwidth, parse_bytes, parse_seconds
 
 __all__ = [
     "AlgorithmError", "DeadlockError", "Hop", "Link", "LinkStats", "MessageSizeError",
-    "ProtocolError", "SimResult", "SizeOnly", "Topology", "TraceEvent", "UnreceivedMessageError",
-    "fully_connected", "hierarchical", "make_topology", "parse_bandwidth", "parse_bytes",
-    "parse_seconds", "ring", "simulate", "switch",
+    "ProtocolError", "RunLimitError", "SimResult", "SizeOnly", "Topology", "TraceEvent",
+    "UnreceivedMessageError", "fully_connected", "hierarchical", "make_topology",
+    "parse_bandwidth", "parse_bytes", "parse_seconds", "ring", "simulate", "switch",
 ]

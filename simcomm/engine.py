@@ -12,11 +12,15 @@ Cost model (alpha-beta with contention):
 * A link carries one message at a time, first come first served in the order the messages'
   heads reach it (at the same instant: in send order). A message that waits upstream takes
   its turn downstream when it gets there, so it holds no link it has not reached.
-* A send completes when its message has arrived; a message that arrives before its receive
-  is posted waits at the receiver (eager protocol).
-* A reducing receive, a ``Copy`` and a ``Divide`` of n bytes take n / reduce_bandwidth
-  seconds on the rank's memory, one at a time. ``Compute`` runs on the rank's compute stream,
-  one at a time, concurrently with communication.
+* A send completes once its message has arrived and the peer has posted the matching
+  receive (rendezvous, as gloo's and NCCL's sends do). The data leave when the send is
+  posted, so a receive posted before they arrive costs nothing extra; one posted later
+  finds them waiting at the receiver. An algorithm that waits on a send before posting the
+  receive its peer waits for deadlocks here as it hangs on real hardware. ``eager_limit``
+  lets sends of at most that many bytes complete on arrival instead (MPI's eager protocol).
+* A reducing receive, a ``Combine``, a ``Copy`` and a ``Divide`` of n bytes take
+  n / reduce_bandwidth seconds on the rank's memory, one at a time. ``Compute`` runs on
+  the rank's compute stream, one at a time, concurrently with communication.
 
 Data move when a handle is waited (see ``algorithms.ops``); a send's data is taken when it
 is posted, and waiting checks that the algorithm left the send buffer untouched meanwhile.
@@ -34,19 +38,23 @@ import numpy as np
 import simpy
 
 from algorithms.ops import (
-    Alloc, Comm, Compute, Copy, Divide, Footprint, Recv, ReduceOp, Send, Wait,
+    Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Recv, ReduceOp, Send, Wait,
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
-    Task, UnreceivedMessageError,
+    RunLimitError, Span, Task, UnreceivedMessageError,
 )
-from algorithms.reference import combine, divide
+from algorithms import reference
 from simcomm.buffers import SizeOnly
 from simcomm.chrome_trace import write_chrome_trace
 from simcomm.results import Hop, LinkStats, SimResult, TraceEvent
 from simcomm.topology import Topology, check_ranks
 
 _NEVER = -math.inf  # the tail of a message that has crossed no link yet
+# Ops of all ranks together that a run may take by default: about 50 times a ring
+# all-reduce on 1,024 ranks (6.3 million ops), some minutes of simulation; past it, an
+# algorithm that never ends is the likelier cause.
+DEFAULT_MAX_OPS = 300_000_000
 
 
 class _Handle(Handle):
@@ -59,12 +67,13 @@ class _Handle(Handle):
     hundreds of times per 100k messages and took about a third of a large run.
     """
 
-    __slots__ = ("nbytes", "data", "recv", "matched", "done", "blocking", "posted",
+    __slots__ = ("nbytes", "data", "recv", "matched", "done", "blocking", "arrived", "posted",
                  "message", "route", "hop", "tail", "trace_index")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
-                 reduce: ReduceOp | None, posted: float, label: str) -> None:
-        super().__init__(task, is_send, peer, buf, reduce, label)
+                 reduce: ReduceOp | None, posted: float, label: str, span: Span | None
+                 ) -> None:
+        super().__init__(task, is_send, peer, buf, reduce, label, span)
         self.message = -1  # a Send's number; a Recv's is its matching Send's
         # Only a Send sets route (link, bandwidth, latency, gap), hop (the next link its head
         # enters), tail (when its tail reached the end of the last link crossed) and
@@ -73,13 +82,14 @@ class _Handle(Handle):
         self.data: np.ndarray | None = None  # the message's data; None for size-only runs
         self.recv: _Handle | None = None
         self.matched = False
-        self.done = self.blocking = False
+        self.done = self.blocking = self.arrived = False
         self.posted = posted
 
     def describe(self) -> str:
         if self.is_send:
-            return super().describe()
-        state = "matched" if self.matched else "no matching Send was posted"
+            state = "received" if self.recv is not None else "its Recv was never posted"
+        else:
+            state = "matched" if self.matched else "no matching Send was posted"
         return f"{super().describe()[:-1]}; {state})"
 
 
@@ -95,8 +105,10 @@ class _Task(Task):
 
 
 class _Simulation(Interpreter):
-    def __init__(self, topology: Topology, record: bool, has_data: bool) -> None:
-        super().__init__(topology.size)
+    def __init__(self, topology: Topology, record: bool, has_data: bool, eager_limit: int,
+                 max_ops: float) -> None:
+        super().__init__(topology.size, max_ops)
+        self.eager_limit = eager_limit  # sends of at most this many bytes need no Recv
         self.env = simpy.Environment()
         self.has_data = has_data  # numpy buffers; size-only runs move no data
         self.topology = topology
@@ -137,8 +149,8 @@ class _Simulation(Interpreter):
         self.step(child, None)
         return child
 
-    def context(self, task: Task) -> str:
-        return f"{super().context(task)} at t={self.env.now:.9g}s"
+    def where(self, task: Task) -> str:
+        return f"{super().where(task)} at t={self.env.now:.9g}s"
 
     def on_finish(self, task: _Task) -> None:
         if self.record and not task.main:
@@ -154,7 +166,10 @@ class _Simulation(Interpreter):
         src, dst, now = task.rank, op.peer, self.env.now
         if dst >= self.size or dst == src:  # Send itself checked that dst >= 0
             self.check_peer(task, dst, "Send")
-        h = _Handle(task, True, dst, op.buf, None, now, op.label)
+        h = _Handle(task, True, dst, op.buf, None, now, op.label,
+                    _span(op.buf) if self.has_data else None)
+        if h.span is not None:
+            self.guard(h)
         # The data leave when the Send is posted; Wait checks the buffer was left alone.
         if isinstance(h.buf, np.ndarray):
             h.data = h.buf.copy()
@@ -209,7 +224,10 @@ class _Simulation(Interpreter):
         src, dst = op.peer, task.rank
         if src >= self.size or src == dst:  # Recv itself checked that src >= 0
             self.check_peer(task, src, "Recv")
-        h = _Handle(task, False, src, op.buf, op.reduce, self.env.now, op.label)
+        h = _Handle(task, False, src, op.buf, op.reduce, self.env.now, op.label,
+                    _span(op.buf) if self.has_data else None)
+        if h.span is not None:
+            self.guard(h)
         sends, recvs = self.queues[src, dst, task.channel]
         if sends:
             self._pair(sends.popleft(), h)
@@ -228,17 +246,28 @@ class _Simulation(Interpreter):
             raise ProtocolError(f"ranks {src} and {dst} mix size-only and numpy buffers")
         send.recv = recv
         recv.matched, recv.data, recv.message = True, send.data, send.message
-        if send.done:
+        if send.arrived:
+            if not send.done:
+                # The send waited for this receive (rendezvous). Its task goes on from the
+                # event loop, not from inside this rank's op: a chain of such wake-ups
+                # across many ranks would otherwise nest as deep as the chain.
+                self.env.timeout(0, send).callbacks.append(self._on_received_late)
             self._deliver(send)
 
     def _on_arrival(self, event: simpy.Event) -> None:
         send = event.value
+        send.arrived = True
         if send.trace_index >= 0:
             self.trace[send.trace_index] = self.trace[send.trace_index]._replace(
                 end=self.env.now)
-        self._complete(send)
         if send.recv is not None:
+            self._complete(send)
             self._deliver(send)
+        elif send.nbytes <= self.eager_limit:
+            self._complete(send)
+
+    def _on_received_late(self, event: simpy.Event) -> None:
+        self._complete(event.value)
 
     def _deliver(self, send: _Handle) -> None:
         h = send.recv
@@ -295,7 +324,7 @@ class _Simulation(Interpreter):
                 if h.reduce is None:
                     h.buf[...] = h.data
                 else:
-                    combine(h.reduce, h.buf, h.data)
+                    reference.combine(h.reduce, h.buf, h.data)
 
     # -- local work ----------------------------------------------------------------------
 
@@ -328,13 +357,25 @@ class _Simulation(Interpreter):
 
     def copy(self, task: _Task, op: Copy) -> Any:
         self.check_copy(task, op)
+        if self.has_data:
+            self.check_local(task, "Copy", _span, reads=(op.src,), writes=(op.dst,))
         if isinstance(op.dst, np.ndarray):
             op.dst[...] = op.src
         return self._sleep_until(task, self._occupy_memory(task, op.src.nbytes, "copy"))
 
+    def combine(self, task: _Task, op: Combine) -> Any:
+        self.check_copy(task, op)
+        if self.has_data:
+            self.check_local(task, "Combine", _span, reads=(op.src,), writes=(op.dst,))
+        if isinstance(op.dst, np.ndarray):
+            reference.combine(op.op, op.dst, op.src)
+        return self._sleep_until(task, self._occupy_memory(task, op.src.nbytes, "reduce"))
+
     def divide(self, task: _Task, op: Divide) -> Any:
+        if self.has_data:
+            self.check_local(task, "Divide", _span, writes=(op.buf,))
         if isinstance(op.buf, np.ndarray):
-            divide(op.buf, op.divisor)
+            reference.divide(op.buf, op.divisor)
         return self._sleep_until(task, self._occupy_memory(task, op.buf.nbytes, "divide"))
 
     def alloc(self, task: _Task, op: Alloc) -> Any:
@@ -350,25 +391,46 @@ class _Simulation(Interpreter):
 
     # -- after the run -------------------------------------------------------------------
 
-    def check_finished(self) -> None:
+    def check_finished(self, max_time: float) -> None:
         stuck = [t for t in self.tasks if not t.done]
         unreceived = [m for sends, _ in self.queues.values() for m in sends]
+        if stuck and self.env.peek() < math.inf:
+            running = sorted({t.rank for t in stuck})
+            raise RunLimitError(f"the run passed its limit of {max_time:g} simulated seconds "
+                                f"(max_time) with ranks {running} still running: an "
+                                "algorithm that never ends? A longer run needs a larger "
+                                "max_time")
         if stuck:
-            lines = []
-            for t in stuck:
-                if t.wait_handles is not None:
-                    what = "; ".join(h.describe() for h in t.wait_handles if not h.done)
-                else:
-                    what = t.blocked_on or "nothing it can name"
-                lines.append(f"rank {t.rank} (channel {t.channel!r}) waits for {what}")
-            extra = ""
-            if unreceived:
-                extra = "; never received: " + _describe_messages(unreceived)
-            raise DeadlockError(f"deadlock at t={self.env.now:.9g}s: " + "; ".join(lines)
-                                + extra)
+            raise DeadlockError(self._describe_deadlock(stuck, unreceived))
         if unreceived:
             raise UnreceivedMessageError("the run ended with messages never received: "
                                          + _describe_messages(unreceived))
+
+
+    def _describe_deadlock(self, stuck: list[_Task], unreceived: list[_Handle]) -> str:
+        lines, unposted = [], False
+        for t in stuck:
+            if t.wait_handles is None:
+                lines.append(f"rank {t.rank} (channel {t.channel!r}) waits for "
+                             f"{t.blocked_on or 'nothing it can name'}")
+                continue
+            waits = []
+            for h in t.wait_handles:
+                if h.done:
+                    continue
+                unposted |= h.is_send and h.recv is None
+                returned = not math.isnan(self.finish_times[h.peer])
+                waits.append(h.describe() + (f", and rank {h.peer} has already returned"
+                                             if returned else ""))
+            lines.append(f"rank {t.rank} (channel {t.channel!r}) waits for {'; '.join(waits)}")
+        text = f"deadlock at t={self.env.now:.9g}s: " + "; ".join(lines)
+        if unreceived:
+            text += "; never received: " + _describe_messages(unreceived)
+        if unposted:
+            text += (". A Send completes only once its peer has posted the matching Recv, as "
+                     "on gloo and NCCL: post the Recv before waiting on the Send, or wait on "
+                     "both in one Wait")
+        return text
 
 
 def _describe_messages(sends: list[_Handle]) -> str:
@@ -377,13 +439,20 @@ def _describe_messages(sends: list[_Handle]) -> str:
         f" and {len(sends) - 10} more" if len(sends) > 10 else "")
 
 
+def _span(buf: np.ndarray) -> Span:
+    # Algorithms hand the ops contiguous 1-D views.
+    start = buf.__array_interface__["data"][0]
+    return "cpu", start, start + buf.nbytes
+
+
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
 
 
 def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Topology, /,
              *, record: bool = True, trace: str | os.PathLike[str] | IO[str] | None = None,
-             **params: Any) -> SimResult:
+             eager_limit: int | None = None, max_ops: int | None = DEFAULT_MAX_OPS,
+             max_time: float | None = None, **params: Any) -> SimResult:
     """Run ``algorithm`` on every rank of ``topology`` and return results and costs.
 
     ``inputs`` holds one 1-D numpy array or ``SizeOnly`` buffer per rank; numpy inputs are
@@ -391,9 +460,25 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     With ``record=False`` the trace stays empty (faster for large cost-only runs). With
     ``trace`` (a path or an open text file) the run is also written as a Chrome trace-event
     file for Perfetto (``simcomm.chrome_trace``).
+
+    A send completes once its receive is posted (rendezvous, as on gloo and NCCL), so an
+    algorithm that would hang on them raises ``DeadlockError`` here. ``eager_limit`` (bytes)
+    lets sends up to that size complete without a receive, as MPI's eager protocol does.
+    ``max_ops`` (ops of all ranks together) and ``max_time`` (simulated seconds) bound the
+    run: past either, ``RunLimitError``; None lifts the bound.
     """
     if trace is not None and not record:
         raise ValueError("trace= writes the op trace, so it needs record=True")
+    if eager_limit is not None and (type(eager_limit) is not int or eager_limit < 0):
+        raise ValueError(f"eager_limit must be an int of bytes >= 0 or None, got "
+                         f"{eager_limit!r}")
+    if max_ops is not None and (type(max_ops) is not int or max_ops < 1):
+        raise ValueError(f"max_ops must be an int >= 1 or None, got {max_ops!r}")
+    if max_time is not None and not (isinstance(max_time, (int, float))
+                                     and not isinstance(max_time, bool) and max_time > 0
+                                     and not math.isnan(max_time)):
+        raise ValueError(f"max_time must be a number of seconds > 0 or None, got "
+                         f"{max_time!r}")
     check_ranks(topology, inputs)
     buffers = []
     for rank, buf in enumerate(inputs):
@@ -408,8 +493,10 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                             f"got {type(buf).__name__}")
     if len({isinstance(b, SizeOnly) for b in buffers}) > 1:
         raise ValueError("inputs mix numpy arrays and SizeOnly buffers")
-    sim = _Simulation(topology, record, has_data=not isinstance(buffers[0], SizeOnly)
-                      if buffers else False)
+    sim = _Simulation(topology, record,
+                      has_data=not isinstance(buffers[0], SizeOnly) if buffers else False,
+                      eager_limit=-1 if eager_limit is None else eager_limit,
+                      max_ops=math.inf if max_ops is None else max_ops)
     gens = []
     for rank in range(topology.size):
         gen = algorithm(Comm(rank, topology.size), buffers[rank], **params)
@@ -419,8 +506,9 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
         gens.append(gen)
     for rank, gen in enumerate(gens):
         sim.start_main(rank, gen)
-    sim.env.run()
-    sim.check_finished()
+    limit = math.inf if max_time is None else max_time
+    sim.env.run(until=None if max_time is None else max_time)
+    sim.check_finished(limit)
     links = [LinkStats(link, sim.link_bytes[i], sim.link_busy[i])
              for i, link in enumerate(topology.links)]
     result = SimResult(sim.results, max(sim.finish_times), sim.finish_times, links, sim.trace,

@@ -125,7 +125,14 @@ class Topology:
         return sum(link.bandwidth for link in self.links if link.src == node)
 
     def with_latency_jitter(self, seed: int, max_extra: float) -> Topology:
-        """A copy whose every link latency grows by a random amount in [0, max_extra)."""
+        """A copy whose every link latency grows by a random amount in [0, max_extra)
+        seconds, drawn from ``seed``."""
+        if not (isinstance(max_extra, (int, float)) and not isinstance(max_extra, bool)
+                and math.isfinite(max_extra) and max_extra >= 0):
+            raise ValueError(f"with_latency_jitter: max_extra must be a finite number of "
+                             f"seconds >= 0, got {max_extra!r}")
+        if type(seed) is not int:
+            raise ValueError(f"with_latency_jitter: seed must be an int, got {seed!r}")
         rng = np.random.default_rng(seed)
         extra = rng.uniform(0.0, max_extra, size=len(self.links))
         links = tuple(replace(link, latency=link.latency + float(e))

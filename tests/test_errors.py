@@ -115,13 +115,22 @@ def test_ranks_with_buffers_of_different_lengths_fail_loudly(name) -> None:
         simulate(COLLECTIVES[name].function, inputs, ring(3, 1e9, 1e-6))
 
 
-def test_messages_never_received_are_an_error() -> None:
-    def unreceived(comm, x):
-        if comm.rank == 1:
-            yield Wait((yield Send(2, x)))
+def unreceived(comm, x):
+    if comm.rank == 1:
+        yield Wait((yield Send(2, x)))
 
-    with pytest.raises(UnreceivedMessageError, match=r"rank 1 -> rank 2 \(4 x float32"):
+
+def test_a_send_never_received_deadlocks_and_says_the_peer_returned() -> None:
+    # A send completes only once its receive is posted, as on gloo and NCCL: rank 1 waits
+    # for ever, and rank 2, which would have to receive, has returned.
+    with pytest.raises(DeadlockError, match=r"rank 1 \(channel 0\) waits for Send to rank 2 .*"
+                       r"its Recv was never posted\), and rank 2 has already returned"):
         run(unreceived)
+
+
+def test_with_eager_sends_a_message_never_received_is_an_error_at_the_end() -> None:
+    with pytest.raises(UnreceivedMessageError, match=r"rank 1 -> rank 2 \(4 x float32"):
+        run(unreceived, eager_limit=16)
 
 
 # -- misuse of the ops -------------------------------------------------------------------------

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms import all_to_all
+from algorithms import AVG, MAX, MIN, PROD, SUM, all_to_all, collectives
 from algorithms.harness.catalog import COLLECTIVES
 from algorithms.reference import all_to_all_reference
+from simcomm import simulate, switch
 from simcomm.testing import Case, buffers, check_case, check_collective, dtypes, topologies
 
 # A case takes a few milliseconds to draw and simulate, so each test affords several times
@@ -69,3 +71,35 @@ def uneven_all_to_all_cases(draw: st.DrawFn) -> Case:
 @given(uneven_all_to_all_cases())
 def test_all_to_all_with_uneven_split_sizes(case: Case) -> None:
     check_case(all_to_all, all_to_all_reference, case)
+
+
+ALLREDUCE_VARIANTS = [(name, params) for name, params in VARIANTS if name.endswith("allreduce")]
+
+
+@pytest.mark.parametrize(("name", "params"), ALLREDUCE_VARIANTS, ids=[
+    "-".join([name, *(f"{k}={v}" for k, v in params.items())])
+    for name, params in ALLREDUCE_VARIANTS])
+@budget()
+@given(data=st.data())
+def test_every_allreduce_leaves_the_same_bits_on_every_rank(name, params, data) -> None:
+    # Arbitrary floats, whose sums depend on the order they are added in: ranks that fold
+    # in different orders end with different bits, and DDP replicas would drift apart.
+    p = data.draw(st.integers(2, 9), label="world size")
+    length = data.draw(st.integers(0, 40), label="length")
+    floats = st.floats(-1e8, 1e8, allow_nan=False, width=32)
+    inputs = [np.array(data.draw(st.lists(floats, min_size=length, max_size=length)),
+                       np.float32) for _ in range(p)]
+    op = data.draw(st.sampled_from([SUM, AVG, PROD, MAX, MIN]), label="op")
+    with np.errstate(over="ignore", invalid="ignore"):  # products may overflow: inf, nan
+        result = simulate(getattr(collectives, name), inputs, data.draw(topologies(p)),
+                          op=op, record=False, **params)
+    first = result.results[0].view(np.uint32)
+    for rank, got in enumerate(result.results[1:], 1):
+        assert np.array_equal(got.view(np.uint32), first), f"rank {rank} differs from rank 0"
+
+
+def test_whole_buffer_alltoall_allreduce_is_the_same_on_every_rank() -> None:
+    # The audit's case: adding in arrival order gave [1.0, 0.0, 0.0].
+    inputs = [np.array([v], np.float32) for v in (1e8, 1.0, -1e8)]
+    result = simulate(collectives.alltoall_allreduce, inputs, switch(3, 1e9, 0.0))
+    assert [r.tolist() for r in result.results] == [[0.0]] * 3

@@ -433,7 +433,7 @@ def not_an_op(comm: Comm, x: Any) -> Any:
     (send_to_self, "to itself; use Copy"),
     (undeclared_channel, "declare it: Driver(channels=[...])"),
     (unjoined, "without joining its tasks on channels [1]"),
-    (send_over_plain_receive, "over memory that its outstanding Recv from rank"),
+    (send_over_plain_receive, "which reads memory that its outstanding Recv from rank"),
     (not_an_op, "which is not an op"),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_misuse_raises_protocol_error_on_every_rank(pool: Pool, schedule: Any,

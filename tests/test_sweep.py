@@ -32,7 +32,7 @@ CROSSOVER_SIZES = [16 * 1024, 64 * 1024, 256 * 1024, 512 * 1024, 1024**2, 4 * 10
 CLOSED_FORMS = {
     "ring_allreduce": lambda n, a: 2 * (P - 1) * (a + n / (P * B)) + (P - 1) * (n / P) / R,
     "reduce_broadcast_allreduce": lambda n, a: 2 * (a + n / B) + (P - 1) * n / R,
-    "alltoall_allreduce": lambda n, a: a + n / B + (P - 1) * n / R,
+    "alltoall_allreduce": lambda n, a: max(n / R, a + n / B) + (P - 1) * n / R,
 }
 
 

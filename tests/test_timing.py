@@ -96,7 +96,7 @@ DIRECT_FORMS = [
     # (name, algorithm, params, closed form for p > 1)
     ("reduce_broadcast_flat", reduce_broadcast_allreduce, {},
      lambda p, a, b, r: 2 * (a + b) + (p - 1) * r),
-    ("alltoall_whole", alltoall_allreduce, {}, lambda p, a, b, r: a + b + (p - 1) * r),
+    ("alltoall_whole", alltoall_allreduce, {}, lambda p, a, b, r: max(r, a + b) + (p - 1) * r),
     ("alltoall_chunked", alltoall_allreduce, {"chunked": True},
      lambda p, a, b, r: 2 * (a + b / p) + (p - 1) * r / p),
     ("reduce_flat", reduce, {}, lambda p, a, b, r: a + b + (p - 1) * r),

@@ -159,3 +159,14 @@ def test_topologies_are_frozen_values() -> None:
     assert ring(4, B, ALPHA) != ring(4, B, 2 * ALPHA)
     with pytest.raises(AttributeError):
         ring(4, B, ALPHA).name = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("max_extra", [-1e-6, math.nan, math.inf, "1us", True])
+def test_latency_jitter_refuses_a_bad_amount_by_name(max_extra) -> None:
+    with pytest.raises(ValueError, match="max_extra must be a finite number of seconds >= 0"):
+        ring(4, 1e9, 0.0).with_latency_jitter(0, max_extra)
+
+
+def test_latency_jitter_refuses_a_seed_that_is_not_an_int() -> None:
+    with pytest.raises(ValueError, match="seed must be an int"):
+        ring(4, 1e9, 0.0).with_latency_jitter(0.5, 1e-6)

@@ -1,0 +1,143 @@
+"""The rules of memory, one copy for both transports (``algorithms.protocol``): a receive's
+buffer is off limits from posting to its Wait, a send's buffer may not change before its
+Wait, and receives into one buffer are waited in posting order. Each misuse below is
+refused with the same words by the simulator and by real gloo processes; the legal
+neighbours of each are accepted by both."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from algorithms import SUM, Alloc, Combine, Copy, Divide, Recv, Send, Wait
+from realcomm import AlgorithmError, Driver, spawn
+from simcomm import ProtocolError, fully_connected, simulate
+
+
+def _peer(comm):
+    return 1 - comm.rank
+
+
+def forward_before_wait(comm, x):
+    r = yield Recv(_peer(comm), x)
+    s = yield Send(_peer(comm), x)
+    yield Wait(r, s)
+
+
+def copy_from_before_wait(comm, x):
+    other = yield Alloc(len(x), x)
+    r = yield Recv(_peer(comm), x)
+    yield Copy(other, x)
+    s = yield Send(_peer(comm), other)
+    yield Wait(r, s)
+
+
+def divide_before_wait(comm, x):
+    r = yield Recv(_peer(comm), x)
+    s = yield Send(_peer(comm), x[:0])  # keeps the peer's receive company
+    yield Divide(x, 2)
+    yield Wait(r, s)
+
+
+def overwrite_a_send(comm, x):
+    other = yield Alloc(len(x), x)
+    s = yield Send(_peer(comm), x)
+    r = yield Recv(_peer(comm), other)
+    yield Combine(x, x, SUM)
+    yield Wait(s, r)
+
+
+def land_over_a_send_waited_later(comm, x):
+    s = yield Send(_peer(comm), x)
+    r = yield Recv(_peer(comm), x)
+    yield Wait(r)
+    yield Wait(s)
+
+
+def receives_waited_out_of_order(comm, x):
+    first = yield Recv(_peer(comm), x)
+    second = yield Recv(_peer(comm), x, SUM)
+    a = yield Send(_peer(comm), (yield Alloc(len(x), x)))
+    b = yield Send(_peer(comm), (yield Alloc(len(x), x)))
+    yield Wait(second, a, b)
+    yield Wait(first)
+
+
+MISUSES = [
+    (forward_before_wait, "which reads memory that its outstanding Recv from rank"),
+    (copy_from_before_wait, "Copy reads memory that its outstanding Recv from rank"),
+    (divide_before_wait, "Divide writes memory that its outstanding Recv from rank"),
+    (overwrite_a_send, "Combine writes the buffer of its outstanding Send to rank"),
+    (land_over_a_send_waited_later, "which changes the buffer of its Send to rank"),
+    (receives_waited_out_of_order, "posted earlier into the same memory"),
+]
+
+
+def send_and_receive_in_place(comm, x):
+    # Legal: the receive lands after the send's data has left, as both are in one Wait.
+    s = yield Send(_peer(comm), x)
+    r = yield Recv(_peer(comm), x)
+    yield Wait(s, r)
+    return x
+
+
+def receives_waited_in_order(comm, x):
+    # Legal: the second receive folds into the first one's data.
+    mine = yield Alloc(len(x), x)
+    yield Copy(mine, x)
+    first = yield Recv(_peer(comm), x)
+    second = yield Recv(_peer(comm), x, SUM)
+    a = yield Send(_peer(comm), mine)
+    b = yield Send(_peer(comm), mine)
+    yield Wait(first, second, a, b)
+    return x
+
+
+LEGAL = [send_and_receive_in_place, receives_waited_in_order]
+
+
+def _inputs() -> list[np.ndarray]:
+    return [np.full(4, rank + 1.0) for rank in range(2)]
+
+
+@pytest.mark.parametrize(("algorithm", "message"), MISUSES,
+                         ids=[algorithm.__name__ for algorithm, _ in MISUSES])
+def test_the_simulator_refuses_each_misuse_of_memory(algorithm, message) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        simulate(algorithm, _inputs(), fully_connected(2, 1e9, 1e-6))
+
+
+def test_the_simulator_accepts_the_legal_neighbours() -> None:
+    topology = fully_connected(2, 1e9, 1e-6)
+    assert [r.tolist() for r in simulate(send_and_receive_in_place, _inputs(),
+                                         topology).results] == [[2.0] * 4, [1.0] * 4]
+    assert [r.tolist() for r in simulate(receives_waited_in_order, _inputs(),
+                                         topology).results] == [[4.0] * 4, [2.0] * 4]
+
+
+def _run_real(misuses, legal):
+    rank = dist.get_rank()
+    replies = []
+    for algorithm in legal:
+        x = torch.full((4,), rank + 1.0, dtype=torch.float64)
+        replies.append(("ok", Driver(timeout=30.0).run(algorithm, x).tolist()))
+    for algorithm in misuses:
+        x = torch.full((4,), rank + 1.0, dtype=torch.float64)
+        try:
+            Driver(range(2), timeout=5.0).run(algorithm, x, check_args=False)
+            replies.append(("ok", None))
+        except AlgorithmError as error:
+            replies.append((type(error).__name__, str(error)))
+    return replies
+
+
+def test_gloo_refuses_the_same_misuses_with_the_same_words_and_runs_the_legal_ones() -> None:
+    misuses = [algorithm for algorithm, _ in MISUSES]
+    real = spawn(_run_real, 2, (misuses, LEGAL), timeout=120)
+    for rank in range(2):
+        assert real[rank][0] == ("ok", [2.0 - rank] * 4)
+        assert real[rank][1] == ("ok", [4.0 - 2 * rank] * 4)
+        for (algorithm, message), (kind, text) in zip(MISUSES, real[rank][2:]):
+            assert kind == "ProtocolError" and message in text, (algorithm.__name__, text)
