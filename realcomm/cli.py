@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,7 +27,9 @@ import torch
 import torch.distributed as dist
 
 from algorithms.harness.bench import format_rows, parse_size, parse_sizes
-from algorithms.harness.cli import Parser, add_bench_arguments, config_from_args, run_command
+from algorithms.harness.cli import (
+    Parser, add_bench_arguments, config_from_args, output_file, run_command,
+)
 from algorithms.protocol import AlgorithmError
 from realcomm.bench import (
     BASELINES, ITERS, NATIVE_NAMES, TIMINGS, WARMUP_ITERS, RunOptions, bench_rank,
@@ -190,7 +191,7 @@ def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
                     "topology file. Start it under torchrun, or give --nprocs.")
     parser.add_argument("--nprocs", type=int, metavar="N",
                         help="spawn N local processes (not under torchrun); at least 2")
-    parser.add_argument("--out", required=True, metavar="FILE.json",
+    parser.add_argument("--out", required=True, metavar="FILE.json", type=output_file,
                         help="where to write the measurements")
     parser.add_argument("--sizes", metavar="LIST",
                         help="message sizes, multiples of 4 bytes (default 16B to 64MiB, x4)")
@@ -219,26 +220,12 @@ def calibrate(args: argparse.Namespace) -> int:
         raise ValueError(f"--iters must be >= 1, got {args.iters}")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
-    _check_writable(args.out)
     ran = _on_every_rank(args, measure, (tuple(sizes), args.iters, WARMUP_ITERS),
                          minimum=2, reason=" to measure links", timeout=args.timeout,
                          timing=args.timing, rounds=args.rounds)
     if ran is not None:
         _report_measurements(ran[0], args.out)
     return 0
-
-
-def _check_writable(path: str) -> None:
-    """Refuse an output file that cannot be written before measuring, not after."""
-    target = Path(path)
-    folder = target.parent
-    if target.is_dir():
-        raise ValueError(f"--out {path}: is a directory")
-    if not folder.is_dir():
-        raise ValueError(f"--out {path}: {folder} is not a directory" if folder.exists()
-                         else f"--out {path}: folder {folder} does not exist")
-    if not os.access(target if target.exists() else folder, os.W_OK):
-        raise ValueError(f"--out {path}: not writable")
 
 
 def _report_measurements(result: Measurements, path: str) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from algorithms.harness.bench import format_rows, parse_size, parse_sizes, size_range
 from algorithms.harness.cli import (
-    Parser, UsageError, add_bench_arguments, config_from_args, run_command,
+    Parser, UsageError, add_bench_arguments, config_from_args, output_file, run_command,
 )
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import bench_rows, is_builder, load_named_topology, traced_run
@@ -92,10 +92,10 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
                         help="after the rows, summarise the run of the largest size: busiest "
                              "links and each rank's busy and idle time (on stderr with "
                              "--format csv or json)")
-    parser.add_argument("--trace", metavar="FILE.json",
+    parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the run of the largest size as a Chrome trace-event file "
                              "(open it in ui.perfetto.dev or chrome://tracing)")
-    parser.add_argument("--timeline", metavar="FILE.png",
+    parser.add_argument("--timeline", metavar="FILE.png", type=output_file,
                         help="draw the run of the largest size as a timeline PNG (needs "
                              "matplotlib)")
     _add_topology_arguments(parser)
@@ -254,7 +254,7 @@ def _add_validate_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--measured", action="append", required=True, metavar="ALGO=FILE",
                         help="an algorithm (NAME or NAME:key=value) and its measured CSV "
                              "(repeatable)")
-    parser.add_argument("--plot", metavar="FILE.png",
+    parser.add_argument("--plot", metavar="FILE.png", type=output_file,
                         help="draw simulated and measured time against size")
     parser.set_defaults(run=validate)
 
@@ -290,7 +290,7 @@ def _add_fit_parser(commands: argparse._SubParsersAction) -> None:
                     "topology file.")
     parser.add_argument("measurements", metavar="MEASUREMENTS",
                         help="the measurements file (.json) that realcomm calibrate wrote")
-    parser.add_argument("--out", required=True, metavar="TOPOLOGY.toml",
+    parser.add_argument("--out", required=True, metavar="TOPOLOGY.toml", type=output_file,
                         help="where to write the fitted topology")
     parser.add_argument("--name", default="calibrated",
                         help="the topology's name (default calibrated)")

@@ -88,10 +88,9 @@ def sweep_figure(title: str, simulated: Sequence[Series], measured: Sequence[Ser
 
 
 def save_png(figure: Figure, path: str | os.PathLike[str]) -> None:
-    """Write ``figure`` as a PNG, making the folder if needed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png", dpi=100)
+    """Write ``figure`` as a PNG (its folder must exist: the commands check their paths
+    as they read them)."""
+    figure.savefig(Path(path), format="png", dpi=100)
 
 
 def figure_groups(rows: Sequence[SweepRow]) -> dict[tuple[int, str, str], list[Series]]:

@@ -19,6 +19,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+# Ranks a builder makes at most: the largest clusters trained on today are about 100,000
+# GPUs. Beyond it a typo (--ranks 100000000) would build billions of links before a word.
+MAX_RANKS = 131_072
+
 
 @dataclass(frozen=True)
 class Link:
@@ -147,6 +151,8 @@ def _duplex(a: str, b: str, bandwidth: float, latency: float) -> list[Link]:
 def _gpus(n: int, prefix: str = "gpu") -> list[str]:
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"number of ranks must be an int >= 1, got {n!r}")
+    if n > MAX_RANKS:
+        raise ValueError(f"number of ranks must be at most {MAX_RANKS:,}, got {n:,}")
     return [f"{prefix}{i}" for i in range(n)]
 
 

@@ -23,6 +23,7 @@ from algorithms.ddp import DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP
 from algorithms.fsdp import BACKWARD_POST, BACKWARD_PRE
 from algorithms.harness.bench import params_from_items
 from algorithms.harness.catalog import COLLECTIVES
+from algorithms.harness.cli import output_file
 from algorithms.harness.model_presets import DEFAULT_THROUGHPUT, PRESET_MODELS, preset_model
 from algorithms.models import Model
 from simcomm.topology import Topology
@@ -61,9 +62,9 @@ def add_ddp_parser(commands: argparse._SubParsersAction,
     parser.add_argument("--sweep-buckets", metavar="LIST",
                         help="bucket caps to sweep, e.g. 1MiB,5MiB,25MiB,100MiB; prints a "
                              "table of step times")
-    parser.add_argument("--plot", metavar="FILE.png",
+    parser.add_argument("--plot", metavar="FILE.png", type=output_file,
                         help="with --sweep-buckets: draw step and exposed time against the cap")
-    parser.add_argument("--trace", metavar="FILE.json",
+    parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the DDP step as a Chrome trace-event file (Perfetto)")
     add_topology_arguments(parser)
 
@@ -170,9 +171,9 @@ def add_fsdp_parser(commands: argparse._SubParsersAction,
                         help="keep the gathered parameters from forward to backward")
     parser.add_argument("--compare", action="store_true",
                         help="run the prefetch and resharding options and DDP side by side")
-    parser.add_argument("--memory-plot", metavar="FILE.png",
+    parser.add_argument("--memory-plot", metavar="FILE.png", type=output_file,
                         help="draw each rank's memory over the step")
-    parser.add_argument("--trace", metavar="FILE.json",
+    parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the step as a Chrome trace-event file (Perfetto)")
     add_topology_arguments(parser)
 

@@ -109,10 +109,9 @@ def test_calibrate_mistakes_are_one_line(args, message, tmp_path, capsys, monkey
 
 
 @pytest.mark.parametrize(("out", "message"), [
-    ("{file}/cal.json", "--out {file}/cal.json: {file} is not a directory"),
-    ("{tmp}/missing/cal.json", "--out {tmp}/missing/cal.json: folder {tmp}/missing does not "
-                               "exist"),
-    ("{tmp}", "--out {tmp}: is a directory"),
+    ("{file}/cal.json", "argument --out: {file} is not a folder"),
+    ("{tmp}/missing/cal.json", "argument --out: folder {tmp}/missing does not exist"),
+    ("{tmp}", "argument --out: {tmp} is a folder, not a file"),
 ])
 def test_an_unwritable_out_fails_before_measuring(out, message, tmp_path, capsys, monkeypatch
                                                   ) -> None:
@@ -127,7 +126,7 @@ def test_an_unwritable_out_fails_before_measuring(out, message, tmp_path, capsys
                           "--out", out]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == f"realcomm: error: {message}\n"
+    assert captured.err == f"realcomm: error: {message} (see realcomm calibrate --help)\n"
 
 
 def test_validate_mistakes_are_one_line(tmp_path, capsys) -> None:

@@ -163,6 +163,17 @@ BAD_ARGS = [
     (["--algorithm", "all_to_all", "--op", "max"], "all_to_all does not reduce"),
     (["--algorithm", "ring_allreduce", "--dtype", "float", "--sizes", "6"], "not a multiple"),
     (["--algorithm", "ring_allreduce", "--frobnicate"], "unrecognized arguments"),
+    (["--algorithm", "ring_allreduce", "--sizes", "1e20"], "1e20 B is too large"
+     .replace("1e20", str(10**20))),
+    (["--algorithm", "ring_allreduce", "--sizes", "1KiB,,2KiB"], "item 2 is empty"),
+    (["--algorithm", "ring_allreduce", "--sizes", "1KiB,"], "item 2 is empty"),
+    (["--algorithm", "ring_allreduce", "--ranks", "100000000"],
+     "number of ranks must be at most 131,072, got 100,000,000"),
+    (["--algorithm", "ring_allreduce", "--trace", "no/such/folder/run.json"],
+     "argument --trace: folder no/such/folder does not exist"),
+    (["--algorithm", "ring_allreduce", "--timeline", "no/such/folder/run.png"],
+     "argument --timeline: folder no/such/folder does not exist"),
+    (["--algorithm", "ring_allreduce", "--trace", "."], "argument --trace: . is a folder"),
 ]
 
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
@@ -84,9 +85,12 @@ def parse_size(text: str) -> int:
 
 def parse_sizes(text: str) -> tuple[int, ...]:
     """Bytes from a comma-separated list: ``"1KiB,1MiB,1GiB"``."""
-    parts = [part for part in text.split(",") if part.strip()]
-    if not parts:
+    parts = text.split(",")
+    if not any(part.strip() for part in parts):
         raise ValueError(f"--sizes {text!r} names no size")
+    for number, part in enumerate(parts, 1):
+        if not part.strip():
+            raise ValueError(f"--sizes {text!r}: item {number} is empty")
     return tuple(parse_size(part) for part in parts)
 
 
@@ -177,6 +181,8 @@ def bench_config(algorithm: str, sizes: Iterable[int], dtype: str = "float",
     for size in sizes:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(f"--sizes: a size must be an int >= 0 bytes, got {size!r}")
+        if size > sys.maxsize:
+            raise ValueError(f"--sizes: {size} B is too large; at most {sys.maxsize} B")
         if size % numpy_dtype.itemsize:
             raise ValueError(f"size {size} B is not a multiple of the {dtype_name} element "
                              f"size ({numpy_dtype.itemsize} B)")

@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from algorithms.harness.bench import BenchConfig, bench_config, parse_size, parse_sizes, size_range
 
@@ -27,6 +28,22 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def output_file(text: str) -> str:
+    """An argparse ``type`` for a file the command writes: refused when the command line is
+    read (not after a long run) if it is a folder, its folder does not exist or it cannot
+    be written."""
+    target = Path(text)
+    folder = target.parent
+    if target.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{folder} is not a folder" if folder.exists() else f"folder {folder} does not exist")
+    if not os.access(target if target.exists() else folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text} cannot be written")
+    return text
 
 
 def run_command(prog: str, command: Callable[[], int],
