@@ -6,7 +6,7 @@ from algorithms.protocol import (
     UnreceivedMessageError,
 )
 from simcomm.buffers import SizeOnly
-from simcomm.engine import simulate
+from simcomm.engine import Jitter, simulate
 from simcomm.results import Hop, LinkStats, SimResult, TraceEvent
 from simcomm.topology import (
     Link, Topology, fully_connected, hierarchical, make_topology, ring, switch,
@@ -14,7 +14,7 @@ from simcomm.topology import (
 from simcomm.units import parse_bandwidth, parse_bytes, parse_seconds
 
 __all__ = [
-    "AlgorithmError", "DeadlockError", "Hop", "Link", "LinkStats", "MessageSizeError",
+    "AlgorithmError", "DeadlockError", "Hop", "Jitter", "Link", "LinkStats", "MessageSizeError",
     "ProtocolError", "RunLimitError", "SimResult", "SizeOnly", "Topology", "TraceEvent",
     "UnreceivedMessageError", "fully_connected", "hierarchical", "make_topology",
     "parse_bandwidth", "parse_bytes", "parse_seconds", "ring", "simulate", "switch",

@@ -32,6 +32,7 @@ import math
 import os
 from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
@@ -55,6 +56,24 @@ _NEVER = -math.inf  # the tail of a message that has crossed no link yet
 # all-reduce on 1,024 ranks (6.3 million ops), some minutes of simulation; past it, an
 # algorithm that never ends is the likelier cause.
 DEFAULT_MAX_OPS = 300_000_000
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """Seeded random delays that make a run take other orders: each message leaves, and
+    each ``Compute`` ends, up to ``max_delay`` seconds late, drawn from ``seed``. For
+    property tests (``simcomm.testing`` draws them), not for costs."""
+
+    seed: int
+    max_delay: float  # seconds
+
+    def __post_init__(self) -> None:
+        if type(self.seed) is not int:
+            raise ValueError(f"Jitter.seed must be an int, got {self.seed!r}")
+        if not (isinstance(self.max_delay, (int, float)) and not isinstance(self.max_delay, bool)
+                and math.isfinite(self.max_delay) and self.max_delay >= 0):
+            raise ValueError(f"Jitter.max_delay must be finite seconds >= 0, got "
+                             f"{self.max_delay!r}")
 
 
 class _Handle(Handle):
@@ -106,9 +125,11 @@ class _Task(Task):
 
 class _Simulation(Interpreter):
     def __init__(self, topology: Topology, record: bool, has_data: bool, eager_limit: int,
-                 max_ops: float) -> None:
+                 max_ops: float, jitter: Jitter | None) -> None:
         super().__init__(topology.size, max_ops)
         self.eager_limit = eager_limit  # sends of at most this many bytes need no Recv
+        self.jitter = jitter
+        self.jitter_rng = np.random.default_rng(None if jitter is None else jitter.seed)
         self.env = simpy.Environment()
         self.has_data = has_data  # numpy buffers; size-only runs move no data
         self.topology = topology
@@ -186,7 +207,11 @@ class _Simulation(Interpreter):
                 (i, self.links[i].bandwidth, self.links[i].latency, self.links[i].gap)
                 for i in self.topology.route(src, dst))
         h.route, h.hop, h.tail = route, 0, _NEVER
-        self._cross(h, now)
+        if self.jitter is None:
+            self._cross(h, now)
+        else:  # it leaves a little late; _on_hop puts it on its first link then
+            delay = self.jitter_rng.uniform(0.0, self.jitter.max_delay)
+            self.env.timeout(delay, h).callbacks.append(self._on_hop)
         sends, recvs = self.queues[src, dst, task.channel]
         if recvs:
             self._pair(h, recvs.popleft())
@@ -349,7 +374,10 @@ class _Simulation(Interpreter):
     def compute(self, task: _Task, op: Compute) -> Any:
         rank = task.rank
         start = max(self.env.now, self.compute_free[rank])
-        end = self.compute_free[rank] = start + op.seconds
+        seconds = op.seconds
+        if self.jitter is not None:
+            seconds += self.jitter_rng.uniform(0.0, self.jitter.max_delay)
+        end = self.compute_free[rank] = start + seconds
         if self.record:
             self.trace.append(TraceEvent("compute", rank, task.channel, start, end,
                                          label=op.label))
@@ -452,7 +480,8 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Topology, /,
              *, record: bool = True, trace: str | os.PathLike[str] | IO[str] | None = None,
              eager_limit: int | None = None, max_ops: int | None = DEFAULT_MAX_OPS,
-             max_time: float | None = None, **params: Any) -> SimResult:
+             max_time: float | None = None, jitter: Jitter | None = None,
+             **params: Any) -> SimResult:
     """Run ``algorithm`` on every rank of ``topology`` and return results and costs.
 
     ``inputs`` holds one 1-D numpy array or ``SizeOnly`` buffer per rank; numpy inputs are
@@ -465,10 +494,13 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     algorithm that would hang on them raises ``DeadlockError`` here. ``eager_limit`` (bytes)
     lets sends up to that size complete without a receive, as MPI's eager protocol does.
     ``max_ops`` (ops of all ranks together) and ``max_time`` (simulated seconds) bound the
-    run: past either, ``RunLimitError``; None lifts the bound.
+    run: past either, ``RunLimitError``; None lifts the bound. ``jitter`` delays messages
+    and computations at random (``Jitter``), to explore the orders a run may take.
     """
     if trace is not None and not record:
         raise ValueError("trace= writes the op trace, so it needs record=True")
+    if jitter is not None and not isinstance(jitter, Jitter):
+        raise TypeError(f"jitter must be a simcomm.Jitter or None, got {jitter!r}")
     if eager_limit is not None and (type(eager_limit) is not int or eager_limit < 0):
         raise ValueError(f"eager_limit must be an int of bytes >= 0 or None, got "
                          f"{eager_limit!r}")
@@ -496,7 +528,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     sim = _Simulation(topology, record,
                       has_data=not isinstance(buffers[0], SizeOnly) if buffers else False,
                       eager_limit=-1 if eager_limit is None else eager_limit,
-                      max_ops=math.inf if max_ops is None else max_ops)
+                      max_ops=math.inf if max_ops is None else max_ops, jitter=jitter)
     gens = []
     for rank in range(topology.size):
         gen = algorithm(Comm(rank, topology.size), buffers[rank], **params)

@@ -35,7 +35,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from algorithms.ops import ReduceOp
 from algorithms.protocol import AlgorithmError
-from simcomm.engine import simulate
+from simcomm.engine import Jitter, simulate
 from simcomm.topology import Topology, fully_connected, hierarchical, ring, switch
 
 DTYPES = tuple(np.dtype(name) for name in ("float16", "float32", "float64", "int32", "int64"))
@@ -120,6 +120,12 @@ def topologies(draw: st.DrawFn, world_size: int) -> Topology:
     return topology
 
 
+def jitters() -> st.SearchStrategy[Jitter | None]:
+    """No delays, or seeded random delays of every message and computation (``Jitter``):
+    messages between different ranks arrive, and tasks finish, in other orders."""
+    return st.one_of(st.none(), st.builds(Jitter, st.integers(0, 2**32 - 1), _LATENCIES))
+
+
 def _span(values: Sequence[float], unit: str) -> str:
     low, high = min(values), max(values)
     return f"{low:.4g} {unit}" if low == high else f"{low:.4g}..{high:.4g} {unit}"
@@ -145,6 +151,7 @@ class Case:
     op: ReduceOp | None = None
     root: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    jitter: Jitter | None = None  # random delays of messages and computations
 
     def describe(self) -> str:
         """A one-line summary naming everything that defines the case."""
@@ -155,8 +162,10 @@ class Case:
         op = self.op.name if self.op is not None else "-"
         root = self.root if self.root is not None else "-"
         params = f", params {dict(self.params)}" if self.params else ""
+        jitter = "" if self.jitter is None else (
+            f", delays up to {self.jitter.max_delay:.4g} s (seed {self.jitter.seed})")
         return (f"world size {len(self.inputs)}, {length}, dtype {dtype}, op {op}, "
-                f"root {root}{params}, topology {_describe_topology(self.topology)}")
+                f"root {root}{params}, topology {_describe_topology(self.topology)}{jitter}")
 
     def __repr__(self) -> str:
         inputs = [a.tolist() if len(a) <= _PRINTED_LENGTH else f"<{len(a)} values>"
@@ -206,7 +215,7 @@ def check_case(algorithm: Callable[..., Any], reference: Callable[..., Sequence[
     special = {k: v for k, v in (("op", case.op), ("root", case.root)) if v is not None}
     try:
         run = simulate(algorithm, case.inputs, case.topology, record=False,
-                       **special, **case.params)
+                       jitter=case.jitter, **special, **case.params)
     except AlgorithmError as error:
         raise AssertionError(f"{_name(algorithm)} failed in the simulator "
                              f"({type(error).__name__}): {error}\n  case: {case.describe()}"
@@ -264,7 +273,7 @@ def _cases(draw: st.DrawFn, world_size_strategy: st.SearchStrategy[int], max_len
     if takes_root:
         root = drawn.pop("root") if "root" in drawn else draw(st.integers(0, p - 1))
     inputs = [draw(buffers(dtype, n, op)) for _ in range(p)]
-    return Case(inputs, draw(topologies(p)), op, root, drawn)
+    return Case(inputs, draw(topologies(p)), op, root, drawn, draw(jitters()))
 
 
 def check_collective(algorithm: Callable[..., Any], reference: Callable[..., Sequence[Any]], *,

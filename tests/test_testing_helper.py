@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms import SUM, Comm, Recv, ReduceOp, Send, Wait, chunk_bounds
+from algorithms import (
+    SUM, Alloc, Comm, Copy, Join, Recv, ReduceOp, Send, Spawn, Wait, chunk_bounds,
+)
 from algorithms.reference import allreduce_reference, reduced
 from simcomm import ring
 from simcomm.testing import (
@@ -176,3 +178,53 @@ def test_topologies_route_between_every_pair(p: int, data: st.DataObject) -> Non
             if src != dst:
                 latency = sum(topology.links[i].latency for i in topology.route(src, dst))
                 assert math.isfinite(latency)
+
+
+def _send_on(peer: int, buf: Any) -> Generator[Any, Any, Any]:
+    yield Wait((yield Send(peer, buf)))
+
+
+def _receive_then_copy(peer: int, buf: Any, x: Any) -> Generator[Any, Any, Any]:
+    yield Wait((yield Recv(peer, buf)))
+    yield Copy(x, buf)
+
+
+def last_one_wins_copy(comm: Comm, x: Any) -> Generator[Any, Any, Any]:
+    """Rank 0 gives rank 1 its buffer, with a planted race: a stale copy and the real one go
+    on two channels, and rank 1 keeps whichever lands last, trusting the real one, sent
+    second, to arrive second. On one link in order it does; across channels nothing says
+    so, on NCCL or here once messages are delayed at random."""
+    if comm.size < 2 or comm.rank > 1:
+        return x
+    first, second = (yield Alloc(len(x), x)), (yield Alloc(len(x), x))
+    if comm.rank == 0:
+        yield Copy(second, x)
+        stale = yield Spawn(_send_on(1, first), "stale")
+        real = yield Spawn(_send_on(1, second), "real")
+    else:
+        stale = yield Spawn(_receive_then_copy(0, first, x), "stale")
+        real = yield Spawn(_receive_then_copy(0, second, x), "real")
+    yield Join(stale)
+    yield Join(real)
+    return x
+
+
+def rank_0_to_rank_1(inputs: Any) -> list[Any]:
+    return [inputs[0] if rank == 1 else inputs[rank] for rank in range(len(inputs))]
+
+
+def test_random_delays_find_a_race_that_only_timing_across_channels_decides() -> None:
+    # Link latencies alone never reorder two messages on one route: the link serves them in
+    # send order. Only the per-message delays (Case.jitter) can, as real transports may.
+    with pytest.raises(AssertionError, match=r"(?s)is wrong on rank 1.*delays up to") as caught:
+        check_collective(last_one_wins_copy, rank_0_to_rank_1,
+                         world_sizes=st.integers(2, 3), dtypes=st.just(np.dtype(np.int32)))
+    assert "(seed " in str(caught.value)
+
+
+@settings(max_examples=40)
+@given(p=st.integers(2, 3), data=st.data())
+def test_without_random_delays_the_race_never_shows(p: int, data: st.DataObject) -> None:
+    inputs = [np.full(5, rank + 1, np.int32) for rank in range(p)]
+    check_case(last_one_wins_copy, rank_0_to_rank_1,
+               Case(inputs, data.draw(topologies(p)), jitter=None))
