@@ -133,7 +133,7 @@ class Interpreter(ABC):
     def __init__(self, size: int, max_ops: float = math.inf) -> None:
         self.size = size
         self.max_ops = max_ops  # ops all tasks may run in all; a bound on runaway loops
-        self.ops = 0
+        self.ops_left = max_ops
         # Per rank, its posted and not yet waited handles whose buffers have memory.
         self.in_flight: dict[int, dict[Handle, None]] = {}
         self.posted = 0
@@ -215,13 +215,12 @@ class Interpreter(ABC):
 
     def step(self, task: Task, value: Any) -> None:
         """Run ``task`` from where it stopped, sending ``value`` in, until it blocks or ends."""
-        handlers, send = self.handlers, task.gen.send
-        budget, count = self.max_ops - self.ops, 0
+        handlers, send, left = self.handlers, task.gen.send, self.ops_left
         while True:
             try:
                 op = send(value)
             except StopIteration as stop:
-                self.ops += count
+                self.ops_left = left
                 self.finish(task, stop.value)
                 return
             except AlgorithmError:
@@ -232,15 +231,15 @@ class Interpreter(ABC):
             handler = handlers.get(type(op))
             if handler is None:
                 raise ProtocolError(f"rank {task.rank} yielded {op!r}, which is not an op")
-            count += 1
-            if count > budget:
+            left -= 1
+            if left < 0:
                 raise RunLimitError(
                     f"the run passed its limit of {self.max_ops:g} ops (max_ops) while "
                     f"{self.where(task)} yielded {type(op).__name__}: an algorithm that "
                     "never ends? A larger run needs a larger max_ops")
             value = handler(task, op)
             if value is BLOCKED:
-                self.ops += count
+                self.ops_left = left
                 self.on_block(task)
                 return
 
@@ -298,14 +297,6 @@ class Interpreter(ABC):
 
     def accept_wait(self, task: Task, handles: tuple[Any, ...]) -> None:
         """Check that ``task`` may wait on ``handles`` and mark them waited."""
-        self._check_handles(task, handles)
-        flight = self.in_flight.get(task.rank)
-        if flight:
-            self._check_landing(task, handles, flight)
-            for h in handles:
-                flight.pop(h, None)
-
-    def _check_handles(self, task: Task, handles: tuple[Any, ...]) -> None:
         for h in handles:
             if not isinstance(h, Handle):
                 raise ProtocolError(f"rank {task.rank} waited on {h!r}, which is not a Send "
@@ -317,6 +308,12 @@ class Interpreter(ABC):
                 raise ProtocolError(f"rank {task.rank} waited twice on its {h.describe()}")
             h.waited = True
             del task.outstanding[h]
+        if self.in_flight:  # buffers with memory (not size-only runs)
+            flight = self.in_flight.get(task.rank)
+            if flight:
+                self._check_landing(task, handles, flight)
+                for h in handles:
+                    flight.pop(h, None)
 
     def check_copy(self, task: Task, op: Copy | Combine) -> None:
         """A copy or a combine is between buffers of equal length and dtype."""

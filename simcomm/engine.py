@@ -51,7 +51,12 @@ from simcomm.chrome_trace import write_chrome_trace
 from simcomm.results import Hop, LinkStats, SimResult, TraceEvent
 from simcomm.topology import Topology, check_ranks
 
-_NEVER = -math.inf  # the tail of a message that has crossed no link yet
+# The clock counts whole zeptoseconds (1e-21 s): each duration is rounded to a tick once,
+# and sums of ticks are exact in any order. In float seconds two messages that should reach
+# a link at one instant could differ by an ulp and be served in the wrong order, so that a
+# run's time did not scale with 1 / bandwidth. Rounding costs at most 0.5e-21 s a term.
+TICKS_PER_SECOND = 10**21
+_NEVER = -(10**40)  # the tail of a message that has crossed no link yet, in ticks
 # Ops of all ranks together that a run may take by default: about 50 times a ring
 # all-reduce on 1,024 ranks (6.3 million ops), some minutes of simulation; past it, an
 # algorithm that never ends is the likelier cause.
@@ -92,9 +97,14 @@ class _Handle(Handle):
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
                  reduce: ReduceOp | None, posted: float, label: str, span: Span | None
                  ) -> None:
-        super().__init__(task, is_send, peer, buf, reduce, label, span)
+        # Handle's fields, set here rather than by super().__init__: this runs twice per
+        # message, and the extra call cost the simulator 4% of its speed.
+        self.task, self.is_send, self.peer, self.buf, self.reduce = (
+            task, is_send, peer, buf, reduce)
+        self.label, self.waited, self.span, self.seq = label, False, span, 0
+        task.outstanding[self] = None
         self.message = -1  # a Send's number; a Recv's is its matching Send's
-        # Only a Send sets route (link, bandwidth, latency, gap), hop (the next link its head
+        # Only a Send sets route (link, ticks per byte, latency, gap), hop (the next link its head
         # enters), tail (when its tail reached the end of the last link crossed) and
         # trace_index (its place in the trace, or -1).
         self.nbytes = buf.nbytes
@@ -137,10 +147,12 @@ class _Simulation(Interpreter):
         self.links = topology.links
         self.link_free = [0.0] * len(self.links)
         self.link_bytes = [0] * len(self.links)
-        self.link_busy = [0.0] * len(self.links)
+        self.link_busy = [0] * len(self.links)  # ticks
         self.routes: dict[tuple[int, int], tuple[tuple[int, float, float, float], ...]] = {}
-        self.memory_free = [0.0] * self.size
-        self.compute_free = [0.0] * self.size
+        self.memory_free = [0] * self.size  # ticks
+        self.compute_free = [0] * self.size
+        self.memory_per_byte = [TICKS_PER_SECOND / bandwidth
+                                for bandwidth in topology.reduce_bandwidth]
         # (src, dst, channel) -> (sends waiting for a Recv, Recvs waiting for a Send)
         self.queues: defaultdict[tuple[int, int, Hashable], tuple[deque, deque]] = (
             defaultdict(lambda: (deque(), deque())))
@@ -171,15 +183,17 @@ class _Simulation(Interpreter):
         return child
 
     def where(self, task: Task) -> str:
-        return f"{super().where(task)} at t={self.env.now:.9g}s"
+        return f"{super().where(task)} at t={self.env.now / TICKS_PER_SECOND:.9g}s"
 
     def on_finish(self, task: _Task) -> None:
         if self.record and not task.main:
-            self.trace.append(TraceEvent("task", task.rank, task.channel, task.started,
-                                         self.env.now, label=getattr(task.gen, "__name__", "")))
+            self.trace.append(TraceEvent("task", task.rank, task.channel,
+                                         task.started / TICKS_PER_SECOND,
+                                         self.env.now / TICKS_PER_SECOND,
+                                         label=getattr(task.gen, "__name__", "")))
         if task.main:
             self.results[task.rank] = task.result
-            self.finish_times[task.rank] = self.env.now
+            self.finish_times[task.rank] = self.env.now / TICKS_PER_SECOND
 
     # -- point to point ------------------------------------------------------------------
 
@@ -199,18 +213,19 @@ class _Simulation(Interpreter):
         h.trace_index = -1
         if self.record:  # its end is filled in when it arrives
             h.trace_index = len(self.trace)
-            self.trace.append(TraceEvent("send", src, task.channel, now, math.nan, dst,
-                                         h.nbytes, op.label, h.message))
+            self.trace.append(TraceEvent("send", src, task.channel, now / TICKS_PER_SECOND,
+                                         math.nan, dst, h.nbytes, op.label, h.message))
         route = self.routes.get((src, dst))
         if route is None:
             route = self.routes[(src, dst)] = tuple(
-                (i, self.links[i].bandwidth, self.links[i].latency, self.links[i].gap)
+                (i, TICKS_PER_SECOND / self.links[i].bandwidth, _ticks(self.links[i].latency),
+                 _ticks(self.links[i].gap))
                 for i in self.topology.route(src, dst))
         h.route, h.hop, h.tail = route, 0, _NEVER
         if self.jitter is None:
             self._cross(h, now)
         else:  # it leaves a little late; _on_hop puts it on its first link then
-            delay = self.jitter_rng.uniform(0.0, self.jitter.max_delay)
+            delay = _ticks(self.jitter_rng.uniform(0.0, self.jitter.max_delay))
             self.env.timeout(delay, h).callbacks.append(self._on_hop)
         sends, recvs = self.queues[src, dst, task.channel]
         if recvs:
@@ -219,13 +234,13 @@ class _Simulation(Interpreter):
             sends.append(h)
         return h
 
-    def _cross(self, h: _Handle, head: float) -> None:
+    def _cross(self, h: _Handle, head: int) -> None:
         # The message's head reaches the next link of its route now. The link serves heads in
         # the order they reach it; the head goes on as soon as the link is free (cut-through),
         # but the message cannot finish crossing before its tail has come from upstream.
         hop, nbytes, free = h.hop, h.nbytes, self.link_free
-        i, bandwidth, latency, gap = h.route[hop]
-        occupancy = gap + nbytes / bandwidth
+        i, per_byte, latency, gap = h.route[hop]
+        occupancy = gap + round(nbytes * per_byte)
         enter = free[i] if free[i] > head else head
         start = h.tail - occupancy  # conditionals, not max(): this runs once per link crossed
         if start < enter:
@@ -234,7 +249,8 @@ class _Simulation(Interpreter):
         self.link_busy[i] += occupancy
         self.link_bytes[i] += nbytes
         if self.record:
-            self.hops.append(Hop(i, h.message, start, end))
+            self.hops.append(Hop(i, h.message, start / TICKS_PER_SECOND,
+                                 end / TICKS_PER_SECOND))
         h.hop = hop = hop + 1
         h.tail = tail = end + latency
         if hop == len(h.route):
@@ -284,7 +300,7 @@ class _Simulation(Interpreter):
         send.arrived = True
         if send.trace_index >= 0:
             self.trace[send.trace_index] = self.trace[send.trace_index]._replace(
-                end=self.env.now)
+                end=self.env.now / TICKS_PER_SECOND)
         if send.recv is not None:
             self._complete(send)
             self._deliver(send)
@@ -310,8 +326,10 @@ class _Simulation(Interpreter):
     def _complete(self, h: _Handle) -> None:
         h.done = True
         if not h.is_send and self.record:
-            self.trace.append(TraceEvent("recv", h.task.rank, h.task.channel, h.posted,
-                                         self.env.now, h.peer, h.nbytes, h.label, h.message))
+            self.trace.append(TraceEvent("recv", h.task.rank, h.task.channel,
+                                         h.posted / TICKS_PER_SECOND,
+                                         self.env.now / TICKS_PER_SECOND, h.peer, h.nbytes,
+                                         h.label, h.message))
         if h.blocking:
             task = h.task
             task.pending -= 1
@@ -354,17 +372,17 @@ class _Simulation(Interpreter):
     # -- local work ----------------------------------------------------------------------
 
     def _occupy_memory(self, task: _Task, nbytes: int, kind: str, peer: int = -1,
-                       label: str = "", message: int = -1) -> float:
+                       label: str = "", message: int = -1) -> int:
         rank = task.rank
-        cost = nbytes / self.topology.reduce_bandwidth[rank]
+        cost = round(nbytes * self.memory_per_byte[rank])
         start = max(self.env.now, self.memory_free[rank])
         end = self.memory_free[rank] = start + cost
         if self.record and cost > 0:
-            self.trace.append(TraceEvent(kind, rank, task.channel, start, end, peer, nbytes,
-                                         label, message))
+            self.trace.append(TraceEvent(kind, rank, task.channel, start / TICKS_PER_SECOND,
+                                         end / TICKS_PER_SECOND, peer, nbytes, label, message))
         return end
 
-    def _sleep_until(self, task: _Task, end: float, value: Any = None) -> Any:
+    def _sleep_until(self, task: _Task, end: int, value: Any = None) -> Any:
         if end <= self.env.now:
             return value
         self.env.timeout(end - self.env.now).callbacks.append(
@@ -377,9 +395,10 @@ class _Simulation(Interpreter):
         seconds = op.seconds
         if self.jitter is not None:
             seconds += self.jitter_rng.uniform(0.0, self.jitter.max_delay)
-        end = self.compute_free[rank] = start + seconds
+        end = self.compute_free[rank] = start + _ticks(seconds)
         if self.record:
-            self.trace.append(TraceEvent("compute", rank, task.channel, start, end,
+            self.trace.append(TraceEvent("compute", rank, task.channel,
+                                         start / TICKS_PER_SECOND, end / TICKS_PER_SECOND,
                                          label=op.label))
         return self._sleep_until(task, end)
 
@@ -413,7 +432,7 @@ class _Simulation(Interpreter):
 
     def footprint(self, task: _Task, op: Footprint) -> None:
         if self.record:
-            now = self.env.now
+            now = self.env.now / TICKS_PER_SECOND
             self.trace.append(TraceEvent("footprint", task.rank, task.channel, now, now,
                                          nbytes=op.delta, label=op.label))
 
@@ -451,7 +470,7 @@ class _Simulation(Interpreter):
                 waits.append(h.describe() + (f", and rank {h.peer} has already returned"
                                              if returned else ""))
             lines.append(f"rank {t.rank} (channel {t.channel!r}) waits for {'; '.join(waits)}")
-        text = f"deadlock at t={self.env.now:.9g}s: " + "; ".join(lines)
+        text = f"deadlock at t={self.env.now / TICKS_PER_SECOND:.9g}s: " + "; ".join(lines)
         if unreceived:
             text += "; never received: " + _describe_messages(unreceived)
         if unposted:
@@ -465,6 +484,10 @@ def _describe_messages(sends: list[_Handle]) -> str:
     return ", ".join(f"rank {s.task.rank} -> rank {s.peer} ({len(s.buf)} x {s.buf.dtype} on "
                      f"channel {s.task.channel!r})" for s in sends[:10]) + (
         f" and {len(sends) - 10} more" if len(sends) > 10 else "")
+
+
+def _ticks(seconds: float) -> int:
+    return round(seconds * TICKS_PER_SECOND)
 
 
 def _span(buf: np.ndarray) -> Span:
@@ -539,9 +562,9 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     for rank, gen in enumerate(gens):
         sim.start_main(rank, gen)
     limit = math.inf if max_time is None else max_time
-    sim.env.run(until=None if max_time is None else max_time)
+    sim.env.run(until=None if max_time is None else _ticks(max_time))
     sim.check_finished(limit)
-    links = [LinkStats(link, sim.link_bytes[i], sim.link_busy[i])
+    links = [LinkStats(link, sim.link_bytes[i], sim.link_busy[i] / TICKS_PER_SECOND)
              for i, link in enumerate(topology.links)]
     result = SimResult(sim.results, max(sim.finish_times), sim.finish_times, links, sim.trace,
                        sim.messages, sim.hops)
