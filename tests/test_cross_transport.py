@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from algorithms import (
-    AVG, MAX, PROD, SUM, Recv, Send, Wait, all_gather, all_to_all, alltoall_allreduce,
+    AVG, MAX, PROD, SUM, Alloc, Recv, Send, Wait, all_gather, all_to_all, alltoall_allreduce,
     broadcast, reduce, reduce_broadcast_allreduce, reduce_scatter, ring_allreduce, split_sizes,
 )
 from algorithms.ddp import assign_buckets, bucket_channel, ddp_step, gradient_order
@@ -27,6 +27,7 @@ from algorithms.models import Layer, Model
 from algorithms.reference import allreduce_reference
 from realcomm import Driver, PeerError, PeerTimeoutError, spawn
 from simcomm import DeadlockError, fully_connected, simulate
+from test_send_semantics import recursive_doubling_send_first
 
 WORLD_SIZES = (2, 3, 4)
 SHORT_TIMEOUT = 2.0  # seconds a real run of an unsafe algorithm hangs before it gives up
@@ -71,27 +72,13 @@ def fsdp_length(p: int) -> int:
 def send_wait_recv_ring(comm, x):
     """Each rank waits on its send to the right before posting the receive from the left:
     every send waits for a receive that is never posted."""
-    incoming = x.clone() if isinstance(x, torch.Tensor) else x.copy()
+    incoming = yield Alloc(len(x), x)
     yield Wait((yield Send((comm.rank + 1) % comm.size, x)))
     yield Wait((yield Recv((comm.rank - 1) % comm.size, incoming)))
     return incoming
 
 
-def send_wait_recv_doubling(comm, x):
-    """Recursive doubling with send, wait, receive at each step."""
-    incoming = x.clone() if isinstance(x, torch.Tensor) else x.copy()
-    distance = 1
-    while distance < comm.size:
-        peer = comm.rank ^ distance
-        if peer < comm.size:
-            yield Wait((yield Send(peer, x)))
-            yield Wait((yield Recv(peer, incoming)))
-            x += incoming
-        distance *= 2
-    return x
-
-
-UNSAFE = (send_wait_recv_ring, send_wait_recv_doubling)
+UNSAFE = (send_wait_recv_ring, recursive_doubling_send_first)
 
 
 # -- the cases --------------------------------------------------------------------------
@@ -191,7 +178,7 @@ def test_the_planted_unsafe_algorithms_are_right_where_sends_are_eager() -> None
     # They are faults of ordering only: with MPI-style eager sends they compute an all-
     # reduce, which is why an eager simulator passed them.
     inputs = [np.arange(4, dtype=np.float32) + r for r in range(4)]
-    got = simulate(send_wait_recv_doubling, inputs, fully_connected(4, 1e9, 1e-6),
+    got = simulate(recursive_doubling_send_first, inputs, fully_connected(4, 1e9, 1e-6),
                    eager_limit=1 << 20).results
     for result, want in zip(got, allreduce_reference(inputs)):
         np.testing.assert_array_equal(result, want)

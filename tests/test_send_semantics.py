@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms import SUM, Compute, Recv, Send, Wait
+from algorithms import SUM, Alloc, Compute, Recv, Send, Wait
 from algorithms.reference import allreduce_reference
 from simcomm import (
     DeadlockError, RunLimitError, SizeOnly, fully_connected, ring, simulate,
@@ -30,7 +30,7 @@ def unsafe_exchange(comm, x):
 def recursive_doubling_send_first(comm, x, op=SUM):
     """Recursive-doubling all-reduce whose every rank sends, waits for the send, then
     receives: correct under eager buffering, a hang on real transports."""
-    incoming = x.copy()
+    incoming = yield Alloc(len(x), x)
     distance = 1
     while distance < comm.size:
         peer = comm.rank ^ distance
