@@ -211,13 +211,26 @@ Op = Send | Recv | Wait | Compute | Copy | Combine | Divide | Alloc | Spawn | Jo
 
 @dataclass(frozen=True, slots=True)
 class Comm:
-    """What a rank knows of its group: its own rank and the world size."""
+    """What a rank knows of its group: its own rank, the world size, and how many ranks
+    share a node (``local_size``; ranks r and s share one when r // local_size equals
+    s // local_size). Hierarchical algorithms use the last; ``None`` means one node."""
 
     rank: int
     size: int
+    local_size: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.size, int) or self.size < 1:
             raise ValueError(f"world size must be an int >= 1, got {self.size!r}")
         if not isinstance(self.rank, int) or not 0 <= self.rank < self.size:
             raise ValueError(f"rank must be an int in [0, {self.size}), got {self.rank!r}")
+        if self.local_size is not None and (
+                type(self.local_size) is not int or self.local_size < 1
+                or self.size % self.local_size):
+            raise ValueError(f"local_size must be an int >= 1 that divides the world size "
+                             f"{self.size}, got {self.local_size!r}")
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks on each node: ``local_size``, or the whole world on one node."""
+        return self.size if self.local_size is None else self.local_size

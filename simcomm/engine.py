@@ -554,7 +554,8 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                       max_ops=math.inf if max_ops is None else max_ops, jitter=jitter)
     gens = []
     for rank in range(topology.size):
-        gen = algorithm(Comm(rank, topology.size), buffers[rank], **params)
+        gen = algorithm(Comm(rank, topology.size, topology.local_size), buffers[rank],
+                        **params)
         if not hasattr(gen, "send"):
             raise TypeError(f"{getattr(algorithm, '__name__', algorithm)!r} did not return a "
                             "generator: an algorithm is a generator function that yields ops")

@@ -177,7 +177,7 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     name = (f"fattree-h100:nodes={nodes},nodes_per_leaf={nodes_per_leaf},"
             f"oversubscription={ratio}")
     return Topology(name, tuple(names), tuple(links), tuple(gpus),
-                    (H100_SXM_HBM,) * len(gpus))
+                    (H100_SXM_HBM,) * len(gpus), GPUS_PER_DGX)
 
 
 # -- the registry -----------------------------------------------------------------------------

@@ -6,6 +6,8 @@ Two forms. The explicit form lists nodes and links::
     gpus = ["gpu0", "gpu1"]          # nodes that hold ranks; or a count: gpus = 2
     switches = ["sw"]                # other nodes (optional)
     ranks = ["gpu1", "gpu0"]         # rank order (optional; default: the gpus in order)
+    local_size = 1                   # ranks per machine, for hierarchical algorithms
+                                     # (optional; default: all on one)
 
     [defaults]                       # for every link and GPU that does not say otherwise
     bandwidth = "100GB/s"            # per direction
@@ -62,8 +64,8 @@ class TopologyFileError(ValueError):
 
 # -- reading ----------------------------------------------------------------------------------
 
-_EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "defaults", "reduce_bandwidth",
-                  "link")
+_EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", "defaults",
+                  "reduce_bandwidth", "link")
 _DEFAULTS_KEYS = ("bandwidth", "latency", "gap", "duplex", "reduce_bandwidth")
 _LINK_KEYS = ("src", "dst", "bandwidth", "latency", "gap", "duplex")
 
@@ -196,8 +198,10 @@ def _from_tables(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
             raise reader.error(f"reduce_bandwidth.{gpu}", "names no node that holds a rank")
     reduce = tuple(reader.bandwidth(per_gpu[g], f"reduce_bandwidth.{g}") if g in per_gpu
                    else reduce_default for g in rank_nodes)
+    local_size = (reader.count(data["local_size"], "local_size") if "local_size" in data
+                  else None)
     try:
-        return Topology(name, tuple(nodes), tuple(links), tuple(rank_nodes), reduce)
+        return Topology(name, tuple(nodes), tuple(links), tuple(rank_nodes), reduce, local_size)
     except ValueError as error:
         raise reader.error("", str(error)) from None
 
@@ -321,7 +325,7 @@ def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     except ValueError as error:
         raise reader.error("", str(error)) from None
     return Topology(name, topology.nodes, topology.links, topology.ranks,
-                    topology.reduce_bandwidth)
+                    topology.reduce_bandwidth, topology.local_size)
 
 
 def _check_routes(reader: _Reader, topology: Topology) -> None:
@@ -419,6 +423,8 @@ def dump_topology(topology: Topology) -> str:
     else:
         lines.append(f"nodes = {_toml_list(topology.nodes)}")
         lines.append(f"ranks = {_toml_list(topology.ranks)}")
+    if topology.local_size is not None:
+        lines.append(f"local_size = {topology.local_size}")
     links = topology.links
     reduce_default = Counter(topology.reduce_bandwidth).most_common(1)[0][0]
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}

@@ -55,6 +55,8 @@ class Topology:
     """Nodes, links, and which node each rank runs on.
 
     ``ranks[r]`` is the node of rank r; ``reduce_bandwidth[r]`` its local reduction bandwidth.
+    ``local_size``, if known, is how many consecutive ranks share a machine (a DGX's 8 GPUs):
+    algorithms see it as ``Comm.local_size``.
     """
 
     name: str
@@ -62,6 +64,7 @@ class Topology:
     links: tuple[Link, ...]
     ranks: tuple[str, ...]
     reduce_bandwidth: tuple[float, ...]
+    local_size: int | None = None
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
         default_factory=dict, repr=False, compare=False)
 
@@ -86,6 +89,11 @@ class Topology:
         for r, bw in enumerate(self.reduce_bandwidth):
             if not bw > 0:
                 raise ValueError(f"topology {self.name!r}: rank {r} reduce bandwidth must be > 0")
+        if self.local_size is not None and (
+                type(self.local_size) is not int or self.local_size < 1
+                or len(self.ranks) % self.local_size):
+            raise ValueError(f"topology {self.name!r}: local_size must be an int >= 1 that "
+                             f"divides its {len(self.ranks)} ranks, got {self.local_size!r}")
 
     @property
     def size(self) -> int:
@@ -222,7 +230,7 @@ def hierarchical(nodes: int, gpus_per_node: int, intra_bandwidth: float, intra_l
             links += _duplex(node_switch, "net", inter_bandwidth, inter_latency / 2)
     names.append("net")
     return Topology("hierarchical", tuple(names), tuple(links), tuple(gpus),
-                    _reduce_bw(len(gpus), reduce_bandwidth))
+                    _reduce_bw(len(gpus), reduce_bandwidth), gpus_per_node)
 
 
 TOPOLOGIES = ("ring", "fully_connected", "switch", "hierarchical")

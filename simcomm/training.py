@@ -19,7 +19,7 @@ Definitions (times in seconds, on the rank that finishes last):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from algorithms.ddp import (
     DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP, assign_buckets, bucket_channel, ddp_step, dp_step,
     gradient_order,
 )
-from algorithms.fsdp import BACKWARD_PRE, fsdp_step, padded_size
+from algorithms.fsdp import BACKWARD_PRE, fsdp_channels, fsdp_step, padded_size
 from algorithms.models import Model
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
@@ -123,7 +123,7 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
                       overlap=overlap, allreduce_params=allreduce_params)
     rank = int(np.argmax(result.finish_times))
     compute = _compute_time(result, rank)
-    running = _running_spans(result, rank)
+    running = _running_spans(result, rank, [bucket_channel(b) for b in range(len(buckets))])
     ready_at = _backward_ends(result, rank)
     timings = []
     for b, members in enumerate(buckets):
@@ -185,13 +185,17 @@ def _overlap(exposed: float, comm: float) -> float:
     return min(1.0, max(0.0, 1.0 - exposed / comm)) if comm > 0 else 0.0
 
 
-def _running_spans(result: SimResult, rank: int) -> dict[Any, tuple[float, float]]:
-    """Per spawned task of ``rank`` (by channel), when it ran: the schedules queue their
-    collectives on one comm stream, so a task spawned while the one before it still runs
-    starts when that one ends."""
+def _running_spans(result: SimResult, rank: int, channels: Sequence[Hashable]
+                   ) -> dict[Any, tuple[float, float]]:
+    """Per task of ``rank`` on one of the comm stream's ``channels``, when it ran: the
+    schedules queue their collectives on one comm stream, so a task spawned while the one
+    before it still runs starts when that one ends. Tasks that a collective spawns itself
+    (its rings, on channels of their own) run inside it and are not counted apart."""
+    queued = set(channels)
     spans: dict[Any, tuple[float, float]] = {}
     previous_end = -math.inf
-    for e in sorted((e for e in result.trace if e.kind == "task" and e.rank == rank),
+    for e in sorted((e for e in result.trace
+                     if e.kind == "task" and e.rank == rank and e.channel in queued),
                     key=lambda e: e.start):
         start = max(e.start, previous_end)
         spans[e.channel] = (float(start), float(e.end))
@@ -268,7 +272,7 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
                       model=model, flat=flat, shards=shards, options=options)
     rank = int(np.argmax(result.finish_times))
     compute = _compute_time(result, rank)
-    comm = covered_time(_running_spans(result, rank).values())
+    comm = covered_time(_running_spans(result, rank, fsdp_channels(len(model.layers))).values())
     exposed = max(0.0, result.time - compute)
     memories = [_memory_over_time(result, r) for r in range(p)]
     peaks = [max((b for _, b in m), default=0) for m in memories]

@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 from algorithms import (
     AVG, MAX, PROD, SUM, Alloc, Recv, Send, Wait, all_gather, all_to_all, alltoall_allreduce,
-    broadcast, reduce, reduce_broadcast_allreduce, reduce_scatter, ring_allreduce, split_sizes,
+    broadcast, nccl_ring_allreduce, reduce, reduce_broadcast_allreduce, reduce_scatter,
+    ring_allreduce, ring_channels, split_sizes,
 )
 from algorithms.ddp import assign_buckets, bucket_channel, ddp_step, gradient_order
 from algorithms.fsdp import fsdp_channels, fsdp_step, padded_size
@@ -94,6 +95,8 @@ def safe_cases(p: int) -> list[tuple[Callable[..., Any], dict[str, Any], list[np
     for n in LENGTHS:
         for op in (SUM, AVG, MAX, PROD):
             cases += [(ring_allreduce, {"op": op}, inputs(n)),
+                      (nccl_ring_allreduce, {"op": op}, inputs(n)),
+                      (nccl_ring_allreduce, {"op": op, "channels": 3}, inputs(n)),
                       (alltoall_allreduce, {"op": op}, inputs(n)),
                       (alltoall_allreduce, {"op": op, "chunked": True}, inputs(n)),
                       (reduce_broadcast_allreduce, {"op": op}, inputs(n)),
@@ -118,7 +121,8 @@ def unsafe_cases(p: int) -> list[tuple[Callable[..., Any], dict[str, Any], list[
 
 def _channels() -> list[str]:
     # Enough bucket channels for the smallest cap; FSDP's for every unit.
-    return [bucket_channel(b) for b in range(8)] + fsdp_channels(len(MODEL.layers))
+    return ([bucket_channel(b) for b in range(8)] + fsdp_channels(len(MODEL.layers))
+            + ring_channels(max(WORLD_SIZES)))
 
 
 # -- the real side (runs in each process) -----------------------------------------------

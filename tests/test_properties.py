@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms import AVG, MAX, MIN, PROD, SUM, all_to_all, collectives
+from algorithms import AVG, MAX, MIN, PROD, SUM, all_to_all, alltoall_allreduce
 from algorithms.harness.catalog import COLLECTIVES
 from algorithms.reference import all_to_all_reference
 from simcomm import simulate, switch
@@ -28,6 +28,9 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("reduce_broadcast_allreduce", {"tree": True}),
     ("alltoall_allreduce", {"chunked": False}),
     ("alltoall_allreduce", {"chunked": True}),
+    ("nccl_ring_allreduce", {"channels": 0}),
+    ("nccl_ring_allreduce", {"channels": 1}),
+    ("nccl_ring_allreduce", {"channels": 3}),
     ("reduce_scatter", {}),
     ("all_gather", {}),
     ("broadcast", {"tree": False}),
@@ -91,7 +94,7 @@ def test_every_allreduce_leaves_the_same_bits_on_every_rank(name, params, data) 
                        np.float32) for _ in range(p)]
     op = data.draw(st.sampled_from([SUM, AVG, PROD, MAX, MIN]), label="op")
     with np.errstate(over="ignore", invalid="ignore"):  # products may overflow: inf, nan
-        result = simulate(getattr(collectives, name), inputs, data.draw(topologies(p)),
+        result = simulate(COLLECTIVES[name].function, inputs, data.draw(topologies(p)),
                           op=op, record=False, **params)
     first = result.results[0].view(np.uint32)
     for rank, got in enumerate(result.results[1:], 1):
@@ -101,5 +104,5 @@ def test_every_allreduce_leaves_the_same_bits_on_every_rank(name, params, data) 
 def test_whole_buffer_alltoall_allreduce_is_the_same_on_every_rank() -> None:
     # The audit's case: adding in arrival order gave [1.0, 0.0, 0.0].
     inputs = [np.array([v], np.float32) for v in (1e8, 1.0, -1e8)]
-    result = simulate(collectives.alltoall_allreduce, inputs, switch(3, 1e9, 0.0))
+    result = simulate(alltoall_allreduce, inputs, switch(3, 1e9, 0.0))
     assert [r.tolist() for r in result.results] == [[0.0]] * 3

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from algorithms import (
     AVG, SUM, Comm, Compute, Join, Recv, ReduceOp, Send, Spawn, Wait, chunk_bounds,
-    ring_allreduce, split_even,
+    ring_allreduce, ring_channels, split_even,
 )
 from algorithms.harness.catalog import COLLECTIVES, Collective
 from algorithms.reference import allreduce_reference, divide
@@ -40,6 +40,7 @@ from simcomm import ring, simulate
 POOL_SIZE = 4
 WORLD_SIZES = (2, 3, 4)
 CHANNELS = (1, 2)
+RING_CHANNELS = tuple(ring_channels(2))
 SLICE_BYTES = 1000  # for the pool's slicing drivers: messages of a few thousand elements
 DRIVER_TIMEOUT = 20.0  # seconds: a case that goes wrong fails instead of hanging the pool
 REPLY_TIMEOUT = 120.0  # seconds the test waits for the pool to answer
@@ -79,7 +80,8 @@ def _pool_worker(conns: list[Connection]) -> None:
     for other in conns:  # so that the test sees the end of a worker that dies
         if other is not conn:
             other.close()
-    drivers = {(p, sliced): Driver(None if p == POOL_SIZE else range(p), channels=CHANNELS,
+    drivers = {(p, sliced): Driver(None if p == POOL_SIZE else range(p),
+                                   channels=CHANNELS + RING_CHANNELS,
                                    timeout=DRIVER_TIMEOUT, slice_bytes=sliced * SLICE_BYTES)
                for p in WORLD_SIZES for sliced in (False, True)}
     while (request := conn.recv()) is not None:
@@ -266,6 +268,8 @@ def variants(collective: Collective, p: int) -> Iterator[dict[str, Any]]:
             choices[name] = [None, [row[:p] for row in UNEVEN[:p]]]
         elif isinstance(parameter.default, bool):
             choices[name] = [False, True]
+        elif name == "channels":  # rings at once, on the pool's RING_CHANNELS
+            choices[name] = [1, len(RING_CHANNELS)]
         else:
             raise AssertionError(f"{collective.name}: no variants for parameter {name!r}")
     for values in itertools.product(*choices.values()):

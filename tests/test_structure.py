@@ -14,12 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from algorithms import (
-    all_gather, all_to_all, alltoall_allreduce, broadcast, reduce, reduce_broadcast_allreduce,
-    reduce_scatter, ring_allreduce,
+    all_gather, all_to_all, alltoall_allreduce, broadcast, nccl_ring_allreduce, reduce,
+    reduce_broadcast_allreduce, reduce_scatter, ring_allreduce,
 )
 from simcomm import (
     SimResult, SizeOnly, Topology, fully_connected, hierarchical, ring, simulate, switch,
 )
+from simcomm.presets import make_preset
 
 ITEM = 4  # float32
 
@@ -202,3 +203,15 @@ def test_numpy_and_size_only_runs_have_the_same_trace() -> None:
     with_data = simulate(ring_allreduce, data, topology)
     cost_only = simulate(ring_allreduce, [SizeOnly(40)] * 4, topology)
     assert with_data.trace == cost_only.trace
+
+
+def test_nccl_rings_cross_nodes_through_a_different_gpu_each() -> None:
+    # Two nodes of 8 (cluster-h100): ring c leaves node n from local rank c - 1 and enters
+    # node n + 1 at local rank c, so the 8 rings use all 8 GPUs' NICs, one each way.
+    topology = make_preset("cluster-h100:nodes=2")
+    result = run(nccl_ring_allreduce, 16, 16 * 8 * 4, topology)
+    across = Counter((e.rank, e.peer) for e in result.sends() if e.rank // 8 != e.peer // 8)
+    expected = {(node * 8 + (c - 1) % 8, (1 - node) * 8 + c) for node in (0, 1) for c in range(8)}
+    assert set(across) == expected
+    # Every position of a ring passes 2(p-1) chunks to the next, across nodes or not.
+    assert set(across.values()) == {2 * 15}

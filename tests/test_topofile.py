@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from simcomm import Link, Topology, parse_bandwidth, parse_seconds, switch
+from simcomm import Link, SizeOnly, Topology, parse_bandwidth, parse_seconds, simulate, switch
 from simcomm.presets import list_presets, make_preset
 from simcomm.topofile import (
     TopologyFileError, dump_topology, format_bandwidth, format_latency, load_topology,
@@ -278,3 +278,23 @@ def topologies(draw: st.DrawFn) -> Topology:
                   ("c d",), (math.inf,)))
 def test_any_topology_round_trips(topology):
     assert parse_topology(dump_topology(topology)) == topology
+
+
+def test_local_size_round_trips_and_reaches_the_algorithm() -> None:
+    topology = make_preset("cluster-h100:nodes=2")
+    assert topology.local_size == 8
+    again = parse_topology(dump_topology(topology))
+    assert again.local_size == 8 and again == topology
+
+    def node_sizes(comm, x):
+        return comm.local_size
+        yield
+
+    assert simulate(node_sizes, [SizeOnly(0)] * 16, again).results == [8] * 16
+
+
+def test_a_local_size_that_does_not_divide_the_ranks_is_refused() -> None:
+    with pytest.raises(TopologyFileError, match="local_size must be an int >= 1 that divides"):
+        parse_topology('gpus = 3\nlocal_size = 2\ndefaults = { bandwidth = "1GB/s", '
+                       'latency = "1us" }\nlink = [{ src = "gpu0", dst = "gpu1" }, '
+                       '{ src = "gpu1", dst = "gpu2" }]')

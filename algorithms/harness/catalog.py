@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from algorithms import collectives, reference
+from algorithms import collectives, nccl, reference
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ COLLECTIVES: MappingProxyType[str, Collective] = MappingProxyType({
         _allreduce("ring_allreduce", collectives.ring_allreduce),
         _allreduce("reduce_broadcast_allreduce", collectives.reduce_broadcast_allreduce),
         _allreduce("alltoall_allreduce", collectives.alltoall_allreduce),
+        _allreduce("nccl_ring_allreduce", nccl.nccl_ring_allreduce),
         Collective("reduce_scatter", collectives.reduce_scatter, "reducescatter", True, False,
                    reference.reduce_scatter_reference),
         Collective("all_gather", collectives.all_gather, "allgather", False, False,
