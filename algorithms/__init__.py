@@ -11,7 +11,9 @@ from algorithms.collectives import (
     all_gather, all_to_all, alltoall_allreduce, broadcast, reduce, reduce_broadcast_allreduce,
     reduce_scatter, ring_allreduce,
 )
-from algorithms.nccl import nccl_ring_allreduce, rail_ring, ring_channels
+from algorithms.nccl import (
+    nccl_ring_all_gather, nccl_ring_allreduce, nccl_ring_reduce_scatter, rail_ring, ring_channels,
+)
 from algorithms.ops import (
     AVG, MAX, MIN, PROD, SUM, Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Join, Op,
     Recv, ReduceOp, Send, Spawn, Wait,
@@ -20,7 +22,8 @@ from algorithms.ops import (
 __all__ = [
     "AVG", "MAX", "MIN", "PROD", "SUM", "Alloc", "Combine", "Comm", "Compute", "Copy", "Divide",
     "Footprint", "Join", "Op", "Recv", "ReduceOp", "Send", "Spawn", "Wait", "all_gather",
-    "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds", "nccl_ring_allreduce",
-    "rail_ring", "reduce", "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce",
-    "ring_channels", "split_even", "split_sizes",
+    "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds", "nccl_ring_all_gather",
+    "nccl_ring_allreduce", "nccl_ring_reduce_scatter", "rail_ring", "reduce",
+    "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "ring_channels",
+    "split_even", "split_sizes",
 ]

@@ -1,8 +1,8 @@
 """Collectives as NCCL runs them on clusters, written with the same ops as the textbook ones.
 
-NCCL's ring all-reduce differs from the textbook ring (``collectives.ring_allreduce``) in
-two ways that decide its cost across nodes (NVIDIA/nccl, src/device/all_reduce.h and
-src/graph/rings.cc):
+NCCL's ring collectives differ from the textbook rings (``collectives.ring_allreduce`` and
+its halves) in two ways that decide their cost across nodes (NVIDIA/nccl,
+src/device/all_reduce.h and src/graph/rings.cc):
 
 * Channels. The buffer is cut into parts, each moved by its own ring, all at once. The
   rings visit the ranks of a node in different orders, so that each ring enters and leaves
@@ -17,6 +17,7 @@ src/graph/rings.cc):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from algorithms.buffers import split_even
@@ -25,7 +26,7 @@ from algorithms.ops import AVG, SUM, Comm, Divide, Join, Recv, ReduceOp, Send, S
 
 
 def ring_channels(channels: int) -> list[str]:
-    """The channel names ``nccl_ring_allreduce`` spawns its rings on (a transport that maps
+    """The channel names the NCCL-class rings are spawned on (a transport that maps
     channels to process groups declares them up front)."""
     return [f"ring {c}" for c in range(channels)]
 
@@ -42,47 +43,99 @@ def rail_ring(comm: Comm, channel: int) -> list[int]:
 
 def nccl_ring_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 0) -> Schedule:
     """Ring all-reduce as NCCL runs it: ``channels`` rings at once (0: one per rank of a
-    node, so every GPU's NIC carries one), each over its part of ``x`` in its own rank
+    node, so that every GPU's NIC carries one), each over its part of ``x`` in its own rank
     order (``rail_ring``), each a pipeline (see the module doc)."""
+    count = _channel_count(comm, channels)
+
+    def ring(order: list[int], part: Any) -> Schedule:
+        # Any chunk may end at any position: every rank ends with all of them.
+        return _pipelined_ring(comm, order, split_even(part, comm.size), op, True, True)
+
+    yield from _on_channels(comm, count, split_even(x, count), ring)
+    return x
+
+
+def nccl_ring_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 0
+                             ) -> Schedule:
+    """Ring reduce-scatter as NCCL runs it (``nccl_ring_allreduce``'s first half): rank r
+    ends with chunk r of ``x`` (``split_even`` bounds) reduced over all ranks, and returns
+    it; ring c moves part c of every rank's chunk."""
+    count = _channel_count(comm, channels)
+    rank_chunks = split_even(x, comm.size)
+
+    def ring(order: list[int], channel: int) -> Schedule:
+        return _pipelined_ring(comm, order, _channel_chunks(rank_chunks, order, count, channel),
+                               op, True, False)
+
+    yield from _on_channels(comm, count, range(count), ring)
+    return rank_chunks[comm.rank]
+
+
+def nccl_ring_all_gather(comm: Comm, x: Any, channels: int = 0) -> Schedule:
+    """Ring all-gather as NCCL runs it (``nccl_ring_allreduce``'s second half): every rank
+    ends with chunk r of rank r's ``x`` at chunk r, for every r."""
+    count = _channel_count(comm, channels)
+    rank_chunks = split_even(x, comm.size)
+
+    def ring(order: list[int], channel: int) -> Schedule:
+        return _pipelined_ring(comm, order, _channel_chunks(rank_chunks, order, count, channel),
+                               SUM, False, True)
+
+    yield from _on_channels(comm, count, range(count), ring)
+    return x
+
+
+def _channel_count(comm: Comm, channels: int) -> int:
     if type(channels) is not int or channels < 0:
         raise ValueError(f"channels must be an int >= 0 (0: one per rank of a node), got "
                          f"{channels!r}")
-    count = channels or comm.ranks_per_node
-    parts = split_even(x, count)
+    return channels or comm.ranks_per_node
+
+
+def _channel_chunks(rank_chunks: Sequence[Any], order: list[int], count: int, channel: int
+                    ) -> list[Any]:
+    # Position j of the ring holds (or gathers) part ``channel`` of rank order[j]'s chunk.
+    return [split_even(rank_chunks[rank], count)[channel] for rank in order]
+
+
+def _on_channels(comm: Comm, count: int, parts: Sequence[Any],
+                 ring: Callable[[list[int], Any], Schedule]) -> Schedule:
+    # One ring per channel, all at once; one channel needs no task of its own.
     if count == 1:
-        yield from _pipelined_ring(comm, parts[0], op, rail_ring(comm, 0))
-        return x
+        yield from ring(rail_ring(comm, 0), parts[0])
+        return
     tasks = []
     for channel, (part, name) in enumerate(zip(parts, ring_channels(count))):
-        tasks.append((yield Spawn(_pipelined_ring(comm, part, op, rail_ring(comm, channel)),
-                                  name)))
+        tasks.append((yield Spawn(ring(rail_ring(comm, channel), part), name)))
     for task in tasks:
         yield Join(task)
-    return x
 
 
-def _pipelined_ring(comm: Comm, x: Any, op: ReduceOp, order: list[int]) -> Schedule:
+def _pipelined_ring(comm: Comm, order: list[int], chunks: Sequence[Any], op: ReduceOp,
+                    reduce_scatter: bool, all_gather: bool) -> Schedule:
+    """One pipelined ring over ``chunks``, indexed by ring position: the reduce-scatter
+    leaves position i with chunk i reduced; the all-gather hands every position's chunk i
+    to all."""
     p = len(order)
     i = order.index(comm.rank)
     right, left = order[(i + 1) % p], order[(i - 1) % p]
-    chunks = split_even(x, p)
     sends = {}  # chunk -> its send, not yet waited
-    for step in range(p - 1):  # reduce-scatter: position i ends with chunk i reduced
-        label = f"reduce-scatter {step}"
-        sends[(i - step - 1) % p] = yield Send(right, chunks[(i - step - 1) % p], label)
-        yield Wait((yield Recv(left, chunks[(i - step - 2) % p], op, label)))
-    if op is AVG and p > 1 and len(chunks[i]) > 0:
-        yield Divide(chunks[i], p)
-    for step in range(p - 1):  # all-gather: pass on the chunk that came last
-        label = f"all-gather {step}"
-        out = (i - step) % p
-        landing = (i - step - 1) % p
-        sent = yield Send(right, chunks[out], label)
-        received = yield Recv(left, chunks[landing], label=label)
-        # The chunk lands where the reduce-scatter sent from: that send must leave first.
-        earlier = sends.pop(landing, None)
-        yield Wait(received, *([] if earlier is None else [earlier]))
-        sends[out] = sent
+    if reduce_scatter:
+        for step in range(p - 1):
+            label = f"reduce-scatter {step}"
+            sends[(i - step - 1) % p] = yield Send(right, chunks[(i - step - 1) % p], label)
+            yield Wait((yield Recv(left, chunks[(i - step - 2) % p], op, label)))
+        if op is AVG and p > 1 and len(chunks[i]) > 0:
+            yield Divide(chunks[i], p)
+    if all_gather:
+        for step in range(p - 1):  # pass on the chunk that came last
+            label = f"all-gather {step}"
+            out, landing = (i - step) % p, (i - step - 1) % p
+            sent = yield Send(right, chunks[out], label)
+            received = yield Recv(left, chunks[landing], label=label)
+            # The chunk lands where the reduce-scatter sent from: that send leaves first.
+            earlier = sends.pop(landing, None)
+            yield Wait(received, *([] if earlier is None else [earlier]))
+            sends[out] = sent
     if sends:
         yield Wait(*sends.values())
-    return x

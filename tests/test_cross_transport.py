@@ -19,8 +19,8 @@ import torch.distributed as dist
 
 from algorithms import (
     AVG, MAX, PROD, SUM, Alloc, Recv, Send, Wait, all_gather, all_to_all, alltoall_allreduce,
-    broadcast, nccl_ring_allreduce, reduce, reduce_broadcast_allreduce, reduce_scatter,
-    ring_allreduce, ring_channels, split_sizes,
+    broadcast, nccl_ring_all_gather, nccl_ring_allreduce, nccl_ring_reduce_scatter, reduce,
+    reduce_broadcast_allreduce, reduce_scatter, ring_allreduce, ring_channels, split_sizes,
 )
 from algorithms.ddp import assign_buckets, bucket_channel, ddp_step, gradient_order
 from algorithms.fsdp import fsdp_channels, fsdp_step, padded_size
@@ -102,7 +102,9 @@ def safe_cases(p: int) -> list[tuple[Callable[..., Any], dict[str, Any], list[np
                       (reduce_broadcast_allreduce, {"op": op}, inputs(n)),
                       (reduce_broadcast_allreduce, {"op": op, "tree": True}, inputs(n))]
         cases += [(reduce_scatter, {"op": SUM}, inputs(n)),
+                  (nccl_ring_reduce_scatter, {"op": AVG, "channels": 2}, inputs(n)),
                   (all_gather, {}, inputs(n, np.int64)),
+                  (nccl_ring_all_gather, {}, inputs(n, np.int64)),
                   (broadcast, {"root": p - 1}, inputs(n)),
                   (broadcast, {"root": 1, "tree": True}, inputs(n)),
                   (reduce, {"root": p - 1, "op": SUM}, inputs(n)),
