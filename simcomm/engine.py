@@ -91,7 +91,7 @@ class _Handle(Handle):
     hundreds of times per 100k messages and took about a third of a large run.
     """
 
-    __slots__ = ("nbytes", "data", "recv", "matched", "done", "blocking", "arrived", "posted",
+    __slots__ = ("nbytes", "data", "recv", "matched", "done", "arrived", "posted",
                  "message", "route", "hop", "tail", "trace_index")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
@@ -111,7 +111,7 @@ class _Handle(Handle):
         self.data: np.ndarray | None = None  # the message's data; None for size-only runs
         self.recv: _Handle | None = None
         self.matched = False
-        self.done = self.blocking = self.arrived = False
+        self.done = self.arrived = False
         self.posted = posted
 
     def describe(self) -> str:
@@ -330,7 +330,7 @@ class _Simulation(Interpreter):
                                          h.posted / TICKS_PER_SECOND,
                                          self.env.now / TICKS_PER_SECOND, h.peer, h.nbytes,
                                          h.label, h.message))
-        if h.blocking:
+        if h.waited:  # its task waits on it (a handle done before its Wait never blocks)
             task = h.task
             task.pending -= 1
             if task.pending == 0:
@@ -346,7 +346,6 @@ class _Simulation(Interpreter):
         pending = 0
         for h in op.handles:
             if not h.done:
-                h.blocking = True
                 pending += 1
         if pending == 0:
             if self.has_data:
