@@ -1,0 +1,154 @@
+"""How far the simulator's predictions are from published nccl-tests tables.
+
+For every table in ``benchmarks/published/`` whose machine has a preset and whose algorithm
+the simulator has, it simulates every row's size and prints the relative error of the time,
+as the median and largest absolute error per regime: latency-bound (below 1 MiB),
+transition, and bandwidth-bound (64 MiB and up), and over the whole table. Tables whose
+algorithm is not modelled yet (NCCL's default picks NVLS or trees on these machines) are
+listed with the reason and left out of the summary.
+
+    python benchmarks/fidelity.py [--tables benchmarks/published]
+
+The figures depend on nothing but the model, so they are the same on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from algorithms.harness.catalog import get_collective
+from simcomm import SizeOnly, simulate
+from simcomm.presets import make_preset
+
+LATENCY_BOUND = 1 << 20  # bytes: below, the latency-bound regime
+BANDWIDTH_BOUND = 64 << 20  # bytes: from here, the bandwidth-bound regime
+# nccl-tests program -> the simulator's NCCL-class algorithm for NCCL_ALGO=Ring.
+RING_ALGORITHMS = {"all_reduce_perf": "nccl_ring_allreduce",
+                   "reduce_scatter_perf": "nccl_ring_reduce_scatter",
+                   "all_gather_perf": "nccl_ring_all_gather"}
+
+
+@dataclass(frozen=True)
+class Table:
+    """One published table: its header facts and its rows (bytes, microseconds)."""
+
+    path: Path
+    header: dict[str, str]
+    sizes: tuple[int, ...]
+    times_us: tuple[float, ...]
+
+    @property
+    def name(self) -> str:
+        """The file's name without ``.csv``."""
+        return self.path.stem
+
+
+def read_table(path: Path) -> Table:
+    """A published CSV: ``# key: value`` header lines, then the nccl-tests columns."""
+    header: dict[str, str] = {}
+    rows = []
+    with path.open(encoding="utf-8") as stream:
+        data_lines = []
+        for line in stream:
+            if line.startswith("#"):
+                key, _, value = line[1:].partition(":")
+                header.setdefault(key.strip(), value.strip())
+            elif line.strip():
+                data_lines.append(line)
+        for row in csv.DictReader(data_lines):
+            rows.append((int(row["size"]), float(row["time_us"])))
+    return Table(path, header, tuple(r[0] for r in rows), tuple(r[1] for r in rows))
+
+
+def model_for(table: Table) -> tuple[str, str] | str:
+    """(preset, algorithm) that models ``table``, or why there is none yet."""
+    algorithm = table.header.get("algorithm", "")
+    if not re.search(r"NCCL_ALGO=Ring", algorithm, re.IGNORECASE):
+        return f"algorithm not modelled yet ({algorithm.split(';')[0][:60]})"
+    program = table.header.get("collective", "")
+    if program not in RING_ALGORITHMS:
+        return f"collective {program!r} not modelled"
+    layout = table.header.get("gpus_per_node", "")
+    nodes = re.search(r"nodes:\s*(\d+)", layout)
+    per_node = re.match(r"\s*(\d+)", layout)
+    if not (nodes and per_node and per_node.group(1) == "8"
+            and "H100" in table.header.get("machine", "")):
+        return "no preset for this machine"
+    count = int(nodes.group(1))
+    preset = "dgx-h100" if count == 1 else f"cluster-h100:nodes={count}"
+    return preset, RING_ALGORITHMS[program]
+
+
+def predict(preset: str, algorithm: str, sizes: Sequence[int]) -> list[float]:
+    """Simulated microseconds per size (float32 elements, as the tables' runs)."""
+    topology = make_preset(preset)
+    collective = get_collective(algorithm)
+    p = topology.size
+    times = []
+    for size in sizes:
+        count = size // 4
+        if collective.kind in ("reducescatter", "allgather"):
+            count = count // p * p
+        result = simulate(collective.function, [SizeOnly(count, np.float32)] * p, topology,
+                          record=False)
+        times.append(result.time * 1e6)
+    return times
+
+
+def regime(size: int) -> str:
+    """Which regime a size falls in."""
+    if size < LATENCY_BOUND:
+        return "latency"
+    return "bandwidth" if size >= BANDWIDTH_BOUND else "transition"
+
+
+def summary(errors: Sequence[float]) -> str:
+    """Median and largest absolute relative error, as percentages."""
+    if not errors:
+        return "        -"
+    return f"{statistics.median(errors):6.1%} {max(errors):6.1%}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tables", default=str(Path(__file__).parent / "published"),
+                        help="folder of published CSVs (default benchmarks/published)")
+    args = parser.parse_args()
+    paths = sorted(Path(args.tables).glob("*.csv"))
+    print(f"{'table':<46} {'model':<44} {'latency':>13} {'transition':>13} "
+          f"{'bandwidth':>13} {'all':>13}")
+    print(f"{'':<46} {'':<44} " + " ".join(f"{'median   max':>13}" for _ in range(4)))
+    every, skipped = [], []
+    for path in paths:
+        table = read_table(path)
+        model = model_for(table)
+        if isinstance(model, str):
+            skipped.append((table.name, model))
+            continue
+        preset, algorithm = model
+        predicted = predict(preset, algorithm, table.sizes)
+        errors = {"latency": [], "transition": [], "bandwidth": []}
+        for size, measured, simulated in zip(table.sizes, table.times_us, predicted):
+            errors[regime(size)].append(abs(simulated - measured) / measured)
+        flat = [e for values in errors.values() for e in values]
+        every += flat
+        print(f"{table.name:<46} {preset + ' ' + algorithm:<44} "
+              + " ".join(f"{summary(errors[r]):>13}" for r in errors) + f" {summary(flat):>13}")
+    print(f"\nall modelled tables together: median {statistics.median(every):.1%} over "
+          f"{len(every)} rows" if every else "\nno table is modelled yet")
+    if skipped:
+        print("\nnot modelled yet:")
+        for name, why in skipped:
+            print(f"  {name}: {why}")
+
+
+if __name__ == "__main__":
+    main()
