@@ -69,6 +69,7 @@ class RunOptions:
     timeout: float = DEFAULT_TIMEOUT  # seconds
     slice_bytes: int = DEFAULT_SLICE_BYTES
     timing: str = "mean"
+    check_messages: bool = False  # the driver's check mode
 
     def __post_init__(self) -> None:
         if self.warmup_iters < 0:
@@ -89,7 +90,8 @@ def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device
     config.check_world(dist.get_world_size())
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    driver = Driver(timeout=options.timeout, slice_bytes=options.slice_bytes)
+    driver = Driver(timeout=options.timeout, slice_bytes=options.slice_bytes,
+                    check=options.check_messages)
     return [_bench_size(config, options, driver, device, size) for size in config.sizes]
 
 

@@ -89,6 +89,10 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--slice-bytes", default=str(DEFAULT_SLICE_BYTES), metavar="SIZE",
                      help="send larger messages in slices of this size, 0 for whole "
                           f"(default {DEFAULT_SLICE_BYTES})")
+    run.add_argument("--check-messages", action="store_true",
+                     help="check every message's length and dtype against its receive, and "
+                          "every send buffer against changes before its Wait (a header per "
+                          "message: slower)")
     parser.set_defaults(run=bench)
 
 
@@ -113,6 +117,10 @@ def bench(args: argparse.Namespace) -> int:
         "data check: on" if config.check else "data check: off (--check counts wrong "
                                               "elements)",
     ]
+    if options.check_messages:
+        header.append("message check: not used by the native baseline"
+                      if options.baseline == "native"
+                      else "message check: on (a header per message, included in the times)")
     if config.params:
         header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params)
                       + (" (not used by the native baseline)"
@@ -130,7 +138,7 @@ def _options_from_args(args: argparse.Namespace) -> RunOptions:
     except ValueError as error:
         raise ValueError(f"--slice-bytes: {error}") from None
     return RunOptions(args.warmup_iters, args.iters, args.baseline, args.timeout, slice_bytes,
-                      args.timing)
+                      args.timing, args.check_messages)
 
 
 def _add_timing_argument(parser: argparse._ActionsContainer) -> None:

@@ -36,6 +36,17 @@ Every blocking wait has a deadline (``timeout`` seconds). A peer that dies or ne
 answers makes the waiting rank raise ``PeerError`` naming the peer and the op, instead of
 hanging. Afterwards the process group is broken (gloo closes its connections on a
 timeout): destroy it, as after any error in the middle of a run.
+
+Check mode (``Driver(check=True)``, off by default) checks every message, as the simulator
+does: each Send is preceded, in the same batch and on the same channel, by a header of two
+int64s (its length and dtype), and the matching Recv compares it with its own buffer at its
+Wait (``MessageSizeError``). The data of a message travels on a tag made from its length
+and dtype, so data never meets a receive of another size or dtype (gloo would abort the
+receiving process, or fill part of the buffer, or take the bytes as another type); the
+headers travel on tag 0, in order. At a send's Wait the driver compares a checksum of the
+buffer with the one taken at posting (``ProtocolError``). It costs a small message and two
+passes over the data per message. NCCL ignores tags: there the header still matches its
+message, but a mismatched message may fail inside NCCL before the check sees it.
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ import math
 import queue
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import Any
@@ -60,7 +72,7 @@ from algorithms.ops import (
     Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Wait,
 )
 from algorithms.protocol import (
-    BLOCKED, MAIN_CHANNEL, Handle, Interpreter, ProtocolError, Task, overlaps,
+    BLOCKED, MAIN_CHANNEL, Handle, Interpreter, MessageSizeError, ProtocolError, Task, overlaps,
 )
 
 DEFAULT_TIMEOUT = 300.0  # seconds
@@ -71,6 +83,11 @@ DEFAULT_TIMEOUT = 300.0  # seconds
 DEFAULT_SLICE_BYTES = 0
 # Newer torch renames the tensor form of all-gather.
 _all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+# Check mode: a message's header travels on this tag, its data on a tag of its own (_data_tag).
+_HEADER_TAG = 0
+_MAX_TAG = 2**31 - 1  # gloo takes tags that fit an int
+# Integer types by width, to read a buffer's bytes as words for its checksum.
+_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 class RealcommError(Exception):
@@ -126,12 +143,15 @@ class Driver:
     ``ranks`` are global ranks of the default process group (all of them if None); the
     algorithm sees their positions in that list as its ranks. Constructing a driver is
     collective over the default group (see the module doc): every process calls it with
-    the same arguments; a process outside ``ranks`` gets a driver that cannot run.
+    the same arguments; a process outside ``ranks`` gets a driver that cannot run. With
+    ``check``, every message is checked (see the module doc): a receive of another size or
+    dtype than its send raises ``MessageSizeError``, a send whose buffer changed before its
+    Wait ``ProtocolError``.
     """
 
     def __init__(self, ranks: Sequence[int] | None = None, *, channels: Sequence[Hashable] = (),
                  timeout: float = DEFAULT_TIMEOUT,
-                 slice_bytes: int = DEFAULT_SLICE_BYTES) -> None:
+                 slice_bytes: int = DEFAULT_SLICE_BYTES, check: bool = False) -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised: start the process "
                                "with realcomm.launch (init_from_env or spawn) first")
@@ -139,12 +159,15 @@ class Driver:
             raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
         if not isinstance(slice_bytes, int) or slice_bytes < 0:
             raise ValueError(f"slice_bytes must be an int >= 0, got {slice_bytes!r}")
+        if not isinstance(check, bool):
+            raise TypeError(f"check must be a bool, got {check!r}")
         names = list(channels)
         if MAIN_CHANNEL in names or len(set(names)) != len(names):
             raise ValueError(f"channels must be distinct and leave out {MAIN_CHANNEL!r}, the "
                              f"main task's, got {names!r}")
         self.timeout = float(timeout)
         self.slice_bytes = slice_bytes
+        self.check = check
         pg_timeout = datetime.timedelta(seconds=timeout)
         if ranks is None:
             group: Any = dist.group.WORLD
@@ -183,9 +206,10 @@ class Driver:
         Collective: every rank of the driver calls it. The algorithm works on ``x`` in place
         (a 1-D contiguous tensor; CPU tensors need gloo, CUDA tensors NCCL). With
         ``check_args`` the ranks first compare the algorithm, its parameters, the dtype and
-        device type, the channels, the slicing and (with ``equal_lengths``; turn it off
-        for an uneven all-to-all) the length, and all raise ``ArgumentMismatchError`` if
-        they differ. It costs one small collective, so timing loops turn it off.
+        device type, the channels, the slicing, check mode and (with ``equal_lengths``;
+        turn it off for an uneven all-to-all) the length, and all raise
+        ``ArgumentMismatchError`` if they differ. It costs one small collective, so timing
+        loops turn it off.
         """
         if not self.is_member:
             raise RuntimeError("this process is not one of the driver's ranks")
@@ -210,6 +234,7 @@ class Driver:
             "device type": x.device.type,
             "channels": repr(self.channels),
             "slice_bytes": str(self.slice_bytes),
+            "message check": str(self.check),
         }
         if equal_lengths:
             mine["length"] = str(len(x))
@@ -265,16 +290,45 @@ def _span(buf: torch.Tensor) -> tuple[torch.device, int, int]:
     return buf.device, start, start + buf.numel() * buf.element_size()
 
 
-class _Handle(Handle):
-    """A posted Send or Recv, and the slices it travels in once flushed."""
+def _dtype_code(dtype: torch.dtype) -> int:
+    return zlib.crc32(str(dtype).encode())
 
-    __slots__ = ("scratch", "pieces")
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")  # as numpy and the simulator name it
+
+
+_DTYPE_NAMES = {_dtype_code(d): _dtype_name(d) for d in vars(torch).values()
+                if isinstance(d, torch.dtype)}
+
+
+def _data_tag(buf: torch.Tensor) -> int:
+    """Check mode's tag for a message's data, from its length and dtype: never the header's."""
+    return 1 + zlib.crc32(f"{len(buf)} {buf.dtype}".encode()) % (_MAX_TAG - 1)
+
+
+def _checksum(buf: torch.Tensor) -> int:
+    """The sum of the buffer's bytes taken as integers as wide as its elements (at most 8
+    bytes), wrapping around in that width (so it is fast): any change of one element
+    changes it."""
+    words = buf.view(_WORDS[math.gcd(buf.element_size(), 8)])
+    return int(words.sum(dtype=words.dtype))
+
+
+class _Handle(Handle):
+    """A posted Send or Recv, the slices it travels in once flushed, and in check mode its
+    header (and a send's checksum at posting)."""
+
+    __slots__ = ("scratch", "pieces", "header", "header_works", "checksum")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: torch.Tensor,
                  reduce: ReduceOp | None, label: str) -> None:
         super().__init__(task, is_send, peer, buf, reduce, label, _span(buf))
         self.scratch: torch.Tensor | None = None  # where the data lands, if not in buf
         self.pieces: list[tuple[tuple[Any, ...], int, int]] = []  # (works, start, stop)
+        self.header: torch.Tensor | None = None
+        self.header_works: tuple[Any, ...] = ()
+        self.checksum = 0
 
 
 class _Task(Task):
@@ -393,7 +447,10 @@ class _Run(Interpreter):
         return h
 
     def send(self, task: _Task, op: Send) -> _Handle:
-        return self._post(task, op)
+        h = self._post(task, op)
+        if self.driver.check:  # as the algorithm posts it, before the batch goes out
+            h.checksum = _checksum(h.buf)
+        return h
 
     def recv(self, task: _Task, op: Recv) -> _Handle:
         return self._post(task, op)
@@ -402,27 +459,45 @@ class _Run(Interpreter):
         """Hand the task's queued sends and receives to torch, in one batch."""
         if not task.queued:
             return
-        ops, owners = [], []
+        ops, owners = [], []  # owners: (handle, start, stop), start -1 for a header
         for h in task.queued:
             self._place(h)
             target = h.buf if h.scratch is None else h.scratch
+            post = dist.isend if h.is_send else dist.irecv
+            peer = self.global_ranks[h.peer]
+            tag = 0
+            if self.driver.check:
+                h.header = self._header(h)
+                ops.append(dist.P2POp(post, h.header, peer, task.group, _HEADER_TAG))
+                owners.append((h, -1, -1))
+                tag = _data_tag(h.buf)
             for start, stop in self._slices(len(target), target.element_size()):
-                ops.append(dist.P2POp(dist.isend if h.is_send else dist.irecv,
-                                      target[start:stop], self.global_ranks[h.peer],
-                                      task.group))
+                ops.append(dist.P2POp(post, target[start:stop], peer, task.group, tag))
                 owners.append((h, start, stop))
             self.outstanding[id(h)] = h
         task.queued.clear()
         try:
             works = dist.batch_isend_irecv(ops)
         except RuntimeError as error:  # gloo refuses to post to a peer that has gone
-            posted = "; ".join(h.describe() for h, _, _ in owners)
+            posted = "; ".join(h.describe() for h in dict.fromkeys(h for h, _, _ in owners))
             raise _peer_error(self.rank, f"posting {posted}", error, math.inf,
                               self.driver.timeout) from error
         # Backends that coalesce (NCCL) return one work for the whole batch.
         per_op = [(w,) for w in works] if len(works) == len(ops) else [tuple(works)] * len(ops)
         for (h, start, stop), op_works in zip(owners, per_op):
-            h.pieces.append((op_works, start, stop))
+            if start < 0:
+                h.header_works = op_works
+            else:
+                h.pieces.append((op_works, start, stop))
+
+    @staticmethod
+    def _header(h: _Handle) -> torch.Tensor:
+        """Check mode: a send's header (its length and dtype), or the buffer for a
+        receive's."""
+        if not h.is_send:
+            return torch.empty(2, dtype=torch.int64, device=h.buf.device)
+        return torch.tensor([len(h.buf), _dtype_code(h.buf.dtype)], dtype=torch.int64,
+                            device=h.buf.device)
 
     def _place(self, h: _Handle) -> None:
         """Decide where a receive lands: in its buffer, unless it reduces or its memory is
@@ -451,6 +526,8 @@ class _Run(Interpreter):
 
     def _finish_wait(self, handles: Sequence[_Handle], deadline: float) -> None:
         """Wait for every handle and land the receives, in order. Runs in any thread."""
+        if self.driver.check:
+            self._check_messages(handles, deadline)
         finished: set[int] = set()
         for h in handles:
             if h.is_send or h.scratch is None:
@@ -473,6 +550,24 @@ class _Run(Interpreter):
         for h in handles:
             if id(h) not in finished:
                 self._wait_pieces(h, deadline)
+
+    def _check_messages(self, handles: Sequence[_Handle], deadline: float) -> None:
+        """Check mode, before anything lands: no send's buffer has changed since it was
+        posted, and every receive's buffer matches its send's header."""
+        for h in handles:
+            if h.is_send:
+                if _checksum(h.buf) != h.checksum:
+                    raise ProtocolError(f"rank {self.rank} changed the buffer of its Send to "
+                                        f"rank {h.peer} before waiting for it")
+                continue
+            self._wait_works(h, h.header_works, deadline)
+            count, code = h.header.tolist()
+            if count != len(h.buf) or code != _dtype_code(h.buf.dtype):
+                raise MessageSizeError(
+                    f"rank {self.rank} posted a Recv of {len(h.buf)} x "
+                    f"{_dtype_name(h.buf.dtype)} from rank {h.peer} on channel "
+                    f"{h.task.channel!r}, but the matching Send from rank {h.peer} carries "
+                    f"{count} x {_DTYPE_NAMES.get(code, f'an unknown dtype ({code})')}")
 
     def _wait_pieces(self, h: _Handle, deadline: float) -> None:
         for works, _, _ in h.pieces:

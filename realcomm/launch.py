@@ -7,14 +7,26 @@ this process serves on 127.0.0.1, on a port the operating system picks (so no po
 guessed, and none can be taken by someone else meanwhile).
 
 The backend follows the device unless given: NCCL for CUDA, gloo for the CPU.
+
+A spawned process's error output goes through a pipe to this process, which passes it on to
+its own stderr as it comes and keeps the last lines, to quote them if the process dies
+without a result (gloo, for one, aborts the process on some errors and says why only
+there). Once one process has failed, the others get a grace period to end (they usually
+fail at once, their peer gone); those still running after it are terminated, so that the
+parent never waits on a process stuck in user code.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import multiprocessing
 import os
+import pickle
+import signal
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,15 +39,28 @@ import torch.distributed as dist
 from realcomm.driver import DEFAULT_TIMEOUT
 
 LOOPBACK = "127.0.0.1"
+# Seconds the other processes get to end once one has failed, before they are terminated;
+# also how long processes that have delivered their results get to exit.
+DEFAULT_GRACE = 5.0
 _ENV_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_KEPT_OUTPUT_BYTES = 8192  # of each process's error output, the end kept for SpawnError
+_QUOTED_LINES = 10  # of that, the lines a failure quotes
 
 
 class SpawnError(RuntimeError):
-    """One or more spawned processes failed; ``failures`` maps rank to its traceback."""
+    """One or more spawned processes did not return a result.
 
-    def __init__(self, message: str, failures: dict[int, str]) -> None:
+    The message has one line per kind of failure, the first failure's first. ``failures``
+    maps each such rank to what became of it: its traceback, or how it exited and the last
+    lines of its error output, or that it was terminated. ``first`` is the rank that failed
+    first; its whole story is also a note of the error.
+    """
+
+    def __init__(self, message: str, failures: dict[int, str], first: int) -> None:
         super().__init__(message)
         self.failures = failures
+        self.first = first
+        self.add_note(f"rank {first} failed first:\n{failures[first]}")
 
 
 def backend_for(device: torch.device | str) -> str:
@@ -80,6 +105,33 @@ def _init(local_rank: int, device: torch.device | str | None, backend: str | Non
     return device
 
 
+class _ErrorOutput:
+    """A spawned process's error output: passed on to this process's stderr as it comes,
+    its last few KiB kept."""
+
+    def __init__(self, receiver: Connection, name: str) -> None:
+        self._receiver = receiver
+        self._kept = b""
+        self._thread = threading.Thread(target=self._forward, name=name, daemon=True)
+        self._thread.start()
+
+    def _forward(self) -> None:
+        forward = True
+        while data := os.read(self._receiver.fileno(), 65536):
+            self._kept = (self._kept + data)[-_KEPT_OUTPUT_BYTES:]
+            while forward and data:
+                try:
+                    data = data[os.write(2, data):]
+                except OSError:  # our stderr is gone: keep reading, for the end
+                    forward = False
+        self._receiver.close()
+
+    def last_lines(self) -> list[str]:
+        """The last lines the process wrote (waiting a moment for the pipe to drain)."""
+        self._thread.join(1.0)
+        return self._kept.decode(errors="replace").strip().splitlines()[-_QUOTED_LINES:]
+
+
 @dataclass
 class LocalGroup:
     """Processes started by ``start``; ``join`` collects what each one returned."""
@@ -87,89 +139,179 @@ class LocalGroup:
     processes: Sequence[multiprocessing.process.BaseProcess]
     results: list[Connection]
     store: Any  # the rendezvous store: it must outlive the processes' start-up
+    error_output: Sequence[_ErrorOutput]
 
-    def join(self) -> list[Any]:
-        """Wait for every process; return their results in rank order, or raise
-        ``SpawnError`` describing each rank that raised or died."""
-        outcome: dict[int, tuple[bool, Any]] = {}
+    def join(self, grace: float = DEFAULT_GRACE) -> list[Any]:
+        """Wait for every process; return their results in rank order.
+
+        Once a process has failed (raised, or exited without a result), the others get
+        ``grace`` seconds to end; those still running then are terminated. Processes that
+        delivered their results get as long to exit. Raises ``SpawnError`` naming each rank
+        that returned no result and what became of it.
+        """
+        _check_grace(grace)
+        results: dict[int, Any] = {}
+        # Ranks that failed, in the order they did: their tracebacks, None if they exited
+        # without a result.
+        failed: dict[int, str | None] = {}
         pending = {conn: rank for rank, conn in enumerate(self.results)}
         sentinels = {p.sentinel: rank for rank, p in enumerate(self.processes)}
-        while pending:
-            for ready in wait(list(pending) + list(sentinels)):
-                if ready in pending:
-                    rank = pending.pop(ready)
+        deadline = math.inf
+        while len(results) + len(failed) < len(self.processes):
+            timeout = None if deadline == math.inf else max(0.0, deadline - time.monotonic())
+            ready = wait([*pending, *sentinels], timeout)
+            if not ready:
+                break  # the grace period is over
+            for item in ready:
+                if item in pending:
+                    rank = pending.pop(item)
                     try:
-                        outcome[rank] = ready.recv()
-                    except EOFError:
-                        outcome[rank] = self._died(rank)
-                elif ready in sentinels:
-                    rank = sentinels.pop(ready)
+                        ok, value = item.recv()
+                    except EOFError:  # the process has ended without a result
+                        failed[rank] = None
+                        continue
+                    if ok:
+                        results[rank] = value
+                    else:
+                        failed[rank] = value
+                elif item in sentinels:
+                    rank = sentinels.pop(item)
                     conn = self.results[rank]
+                    # Its result (or the end of the pipe) may still be there to read.
                     if conn in pending and not conn.poll():
                         del pending[conn]
-                        outcome[rank] = self._died(rank)
-        for process in self.processes:
-            process.join()
+                        failed[rank] = None
+            if failed and deadline == math.inf:
+                deadline = time.monotonic() + grace
+        running = [rank for rank in range(len(self.processes))
+                   if rank not in results and rank not in failed]
+        for rank in running:
+            self.processes[rank].terminate()
+        self._reap(time.monotonic() + grace)
         # Stop serving now, not at interpreter exit, when the store's thread may outlive
         # what it needs.
         self.store = None
-        failures = {rank: detail for rank, (ok, detail) in sorted(outcome.items()) if not ok}
-        if failures:
-            ranks_by_line: dict[str, list[int]] = {}
-            for rank, detail in failures.items():
-                ranks_by_line.setdefault(detail.strip().splitlines()[-1], []).append(rank)
-            raise SpawnError("; ".join(
-                f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {line}"
-                for line, ranks in ranks_by_line.items()), failures)
-        return [outcome[rank][1] for rank in range(len(self.processes))]
+        if failed:
+            raise self._error(failed, running, grace)
+        return [results[rank] for rank in range(len(self.processes))]
+
+    def _reap(self, until: float) -> None:
+        """Wait for every process to exit until ``until`` (monotonic seconds); kill the
+        rest."""
+        for process in self.processes:
+            process.join(max(0.0, until - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+    def _error(self, failed: dict[int, str | None], running: list[int], grace: float
+               ) -> SpawnError:
+        first = next(iter(failed))
+        stories: dict[int, str] = {}
+        ranks_by_line: dict[str, list[int]] = {}
+        for rank, trace in failed.items():
+            if trace is None:
+                line, stories[rank] = self._exit_story(rank)
+            else:
+                line, stories[rank] = trace.strip().splitlines()[-1], trace
+            ranks_by_line.setdefault(line, []).append(rank)
+        if running:
+            line = f"still running {grace:g}s after rank {first} failed: terminated"
+            ranks_by_line[line] = running
+            for rank in running:
+                stories[rank] = line + _quoted(self.error_output[rank].last_lines())
+        message = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} "
+                            f"{', '.join(map(str, sorted(ranks)))}: {line}"
+                            for line, ranks in ranks_by_line.items())
+        return SpawnError(message, dict(sorted(stories.items())), first)
+
+    def _exit_story(self, rank: int) -> tuple[str, str]:
+        """How a process that returned no result exited: one line, and the whole story."""
+        code = self.processes[rank].exitcode
+        how = f"exited with code {code}"
+        if code is not None and code < 0:
+            try:
+                how += f" ({signal.Signals(-code).name})"
+            except ValueError:  # a signal without a name
+                pass
+        output = self.error_output[rank].last_lines()
+        line = f"{how} without a result"
+        if output:
+            line += f"; its last error output: {output[-1].strip()}"
+        return line, f"process {how} without a result" + _quoted(output)
 
 
-    def _died(self, rank: int) -> tuple[bool, str]:
-        process = self.processes[rank]
-        process.join()
-        return False, f"process exited with code {process.exitcode} without a result"
+def _check_grace(grace: float) -> None:
+    if not (isinstance(grace, (int, float)) and math.isfinite(grace) and grace >= 0):
+        raise ValueError(f"grace must be a finite number of seconds >= 0, got {grace!r}")
+
+
+def _quoted(output: list[str]) -> str:
+    return "; its last error output:\n" + "\n".join(output) if output else ""
 
 
 def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
           device: torch.device | str = "cpu", backend: str | None = None,
           timeout: float = DEFAULT_TIMEOUT) -> LocalGroup:
     """Start ``nprocs`` local processes; each joins the process group and calls
-    ``fn(*args)``. ``fn`` and ``args`` must pickle (``fn`` a module-level function).
+    ``fn(*args)``. ``fn`` and ``args`` must pickle, and ``fn`` must be importable by a new
+    process: a function defined at the top level of a module (not in an interactive
+    session or ``python -c``).
 
     As torchrun does, each process runs its CPU ops on one thread unless OMP_NUM_THREADS
     says otherwise: several processes share the cores.
     """
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
+    try:
+        payload = pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        raise TypeError(f"cannot send the function to the spawned processes: {error}; give "
+                        "a function defined at the top level of a module") from error
     store = dist.TCPStore(LOOPBACK, 0, None, True,
                           timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
     context = multiprocessing.get_context("spawn")
-    processes, results = [], []
+    processes, results, error_output = [], [], []
     for rank in range(nprocs):
         receiver, sender = context.Pipe(duplex=False)
+        error_receiver, error_sender = context.Pipe(duplex=False)
         process = context.Process(
             target=_child, name=f"realcomm-rank{rank}",
-            args=(rank, nprocs, store.port, str(device), backend, timeout, fn, tuple(args),
-                  sender))
+            args=(rank, nprocs, store.port, str(device), backend, timeout, payload,
+                  tuple(args), sender, error_sender))
         process.start()
         sender.close()
+        error_sender.close()
         processes.append(process)
         results.append(receiver)
-    return LocalGroup(processes, results, store)
+        error_output.append(_ErrorOutput(error_receiver, f"realcomm-rank{rank}-stderr"))
+    return LocalGroup(processes, results, store, error_output)
 
 
 def spawn(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
           device: torch.device | str = "cpu", backend: str | None = None,
-          timeout: float = DEFAULT_TIMEOUT) -> list[Any]:
+          timeout: float = DEFAULT_TIMEOUT, grace: float = DEFAULT_GRACE) -> list[Any]:
     """Run ``fn(*args)`` in ``nprocs`` local processes of one process group and return
-    what each returned, in rank order (see ``start`` and ``LocalGroup.join``)."""
-    return start(fn, nprocs, args, device=device, backend=backend, timeout=timeout).join()
+    what each returned, in rank order (see ``start`` and ``LocalGroup.join``: once one
+    process fails, the others get ``grace`` seconds before they are terminated)."""
+    _check_grace(grace)
+    return start(fn, nprocs, args, device=device, backend=backend, timeout=timeout
+                 ).join(grace)
 
 
 def _child(rank: int, nprocs: int, port: int, device: str, backend: str | None,
-           timeout: float, fn: Callable[..., Any], args: tuple[Any, ...],
-           results: Connection) -> None:
+           timeout: float, payload: bytes, args: tuple[Any, ...], results: Connection,
+           error_output: Connection) -> None:
+    os.dup2(error_output.fileno(), 2)  # all of it, the C++ libraries' included
+    error_output.close()
     try:
+        try:
+            fn = pickle.loads(payload)
+        except Exception as error:
+            raise RuntimeError(
+                f"cannot load the function to run in the spawned process ({error}): it "
+                "must be importable by a new process, defined at the top level of a module "
+                "(not in an interactive session or python -c)") from error
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(1)
         store = dist.TCPStore(LOOPBACK, port, None, False,
@@ -178,7 +320,10 @@ def _child(rank: int, nprocs: int, port: int, device: str, backend: str | None,
         outcome: tuple[bool, Any] = (True, fn(*args))
     except BaseException:  # reported to the parent, which raises SpawnError
         outcome = (False, traceback.format_exc())
-    results.send(outcome)
+    try:
+        results.send(outcome)
+    except (pickle.PicklingError, AttributeError, TypeError):  # say that it does not pickle
+        results.send((False, traceback.format_exc()))
     results.close()
     if dist.is_initialized():
         dist.destroy_process_group()
