@@ -56,6 +56,7 @@ import hashlib
 import heapq
 import itertools
 import math
+import os
 import queue
 import threading
 import time
@@ -146,12 +147,15 @@ class Driver:
     the same arguments; a process outside ``ranks`` gets a driver that cannot run. With
     ``check``, every message is checked (see the module doc): a receive of another size or
     dtype than its send raises ``MessageSizeError``, a send whose buffer changed before its
-    Wait ``ProtocolError``.
+    Wait ``ProtocolError``. ``local_size`` (ranks per node, consecutive) is what
+    hierarchical algorithms see as ``Comm.local_size``; by default torchrun's
+    LOCAL_WORLD_SIZE for a driver over the whole world, else one node.
     """
 
     def __init__(self, ranks: Sequence[int] | None = None, *, channels: Sequence[Hashable] = (),
                  timeout: float = DEFAULT_TIMEOUT,
-                 slice_bytes: int = DEFAULT_SLICE_BYTES, check: bool = False) -> None:
+                 slice_bytes: int = DEFAULT_SLICE_BYTES, check: bool = False,
+                 local_size: int | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised: start the process "
                                "with realcomm.launch (init_from_env or spawn) first")
@@ -182,7 +186,10 @@ class Driver:
         self._global_ranks: list[int] = []
         self._scratch: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
         if self.is_member:
-            self.comm = Comm(dist.get_rank(group), dist.get_world_size(group))
+            size = dist.get_world_size(group)
+            if local_size is None and ranks is None:
+                local_size = _launcher_local_size(size)
+            self.comm = Comm(dist.get_rank(group), size, local_size)
             self._global_ranks = dist.get_process_group_ranks(group)
             # Every rank of a new communicator takes part in its first op: NCCL wants that
             # of batched point-to-point ops, which may involve only some ranks.
@@ -235,6 +242,7 @@ class Driver:
             "channels": repr(self.channels),
             "slice_bytes": str(self.slice_bytes),
             "message check": str(self.check),
+            "local size": str(self.comm.local_size),
         }
         if equal_lengths:
             mine["length"] = str(len(x))
@@ -288,6 +296,14 @@ def _peer_error(rank: int, what: str, error: Exception, deadline: float, timeout
 def _span(buf: torch.Tensor) -> tuple[torch.device, int, int]:
     start = buf.data_ptr()
     return buf.device, start, start + buf.numel() * buf.element_size()
+
+
+def _launcher_local_size(world_size: int) -> int | None:
+    """Ranks per node as torchrun tells them (LOCAL_WORLD_SIZE), if they divide the world."""
+    text = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if text.isdigit() and 0 < int(text) <= world_size and world_size % int(text) == 0:
+        return int(text)
+    return None
 
 
 def _dtype_code(dtype: torch.dtype) -> int:

@@ -27,7 +27,7 @@ from algorithms.fsdp import fsdp_channels, fsdp_step, padded_size
 from algorithms.models import Layer, Model
 from algorithms.reference import allreduce_reference
 from realcomm import Driver, PeerError, PeerTimeoutError, spawn
-from simcomm import DeadlockError, fully_connected, simulate
+from simcomm import DeadlockError, fully_connected, hierarchical, simulate
 from test_send_semantics import recursive_doubling_send_first
 
 WORLD_SIZES = (2, 3, 4)
@@ -188,3 +188,19 @@ def test_the_planted_unsafe_algorithms_are_right_where_sends_are_eager() -> None
                    eager_limit=1 << 20).results
     for result, want in zip(got, allreduce_reference(inputs)):
         np.testing.assert_array_equal(result, want)
+
+
+def _rails_on_two_nodes(inputs: list[np.ndarray]) -> list[Any]:
+    rank = dist.get_rank()
+    driver = Driver(range(4), channels=ring_channels(2), timeout=60.0, local_size=2)
+    assert driver.comm.local_size == 2
+    return driver.run(nccl_ring_allreduce, torch.from_numpy(inputs[rank].copy())).tolist()
+
+
+def test_a_local_size_given_to_the_driver_gives_the_simulators_rings() -> None:
+    # Four processes as two nodes of two: two rings, rail-aligned as on the topology.
+    inputs = [np.random.default_rng(r).integers(-3, 4, 37).astype(np.float32) for r in range(4)]
+    real = spawn(_rails_on_two_nodes, 4, (inputs,), timeout=120)
+    topology = hierarchical(2, 2, 1e9, 1e-6, 1e8, 1e-5)
+    simulated = simulate(nccl_ring_allreduce, inputs, topology).results
+    assert real == [r.tolist() for r in simulated]
