@@ -59,30 +59,29 @@ def nccl_ring_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, channels: i
                              ) -> Schedule:
     """Ring reduce-scatter as NCCL runs it (``nccl_ring_allreduce``'s first half): rank r
     ends with chunk r of ``x`` (``split_even`` bounds) reduced over all ranks, and returns
-    it; ring c moves part c of every rank's chunk."""
-    count = _channel_count(comm, channels)
-    rank_chunks = split_even(x, comm.size)
-
-    def ring(order: list[int], channel: int) -> Schedule:
-        return _pipelined_ring(comm, order, _channel_chunks(rank_chunks, order, count, channel),
-                               op, True, False)
-
-    yield from _on_channels(comm, count, range(count), ring)
-    return rank_chunks[comm.rank]
+    it."""
+    yield from _rings_over_rank_chunks(comm, x, op, channels, reduce_scatter=True)
+    return split_even(x, comm.size)[comm.rank]
 
 
 def nccl_ring_all_gather(comm: Comm, x: Any, channels: int = 0) -> Schedule:
     """Ring all-gather as NCCL runs it (``nccl_ring_allreduce``'s second half): every rank
     ends with chunk r of rank r's ``x`` at chunk r, for every r."""
+    yield from _rings_over_rank_chunks(comm, x, SUM, channels, reduce_scatter=False)
+    return x
+
+
+def _rings_over_rank_chunks(comm: Comm, x: Any, op: ReduceOp, channels: int,
+                            reduce_scatter: bool) -> Schedule:
+    # Ring c moves part c of every rank's chunk; its position j holds rank order[j]'s.
     count = _channel_count(comm, channels)
     rank_chunks = split_even(x, comm.size)
 
     def ring(order: list[int], channel: int) -> Schedule:
-        return _pipelined_ring(comm, order, _channel_chunks(rank_chunks, order, count, channel),
-                               SUM, False, True)
+        chunks = [split_even(rank_chunks[rank], count)[channel] for rank in order]
+        return _pipelined_ring(comm, order, chunks, op, reduce_scatter, not reduce_scatter)
 
     yield from _on_channels(comm, count, range(count), ring)
-    return x
 
 
 def _channel_count(comm: Comm, channels: int) -> int:
@@ -90,12 +89,6 @@ def _channel_count(comm: Comm, channels: int) -> int:
         raise ValueError(f"channels must be an int >= 0 (0: one per rank of a node), got "
                          f"{channels!r}")
     return channels or comm.ranks_per_node
-
-
-def _channel_chunks(rank_chunks: Sequence[Any], order: list[int], count: int, channel: int
-                    ) -> list[Any]:
-    # Position j of the ring holds (or gathers) part ``channel`` of rank order[j]'s chunk.
-    return [split_even(rank_chunks[rank], count)[channel] for rank in order]
 
 
 def _on_channels(comm: Comm, count: int, parts: Sequence[Any],
