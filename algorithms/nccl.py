@@ -75,10 +75,10 @@ def _rings_over_rank_chunks(comm: Comm, x: Any, op: ReduceOp, channels: int,
                             reduce_scatter: bool) -> Schedule:
     # Ring c moves part c of every rank's chunk; its position j holds rank order[j]'s.
     count = _channel_count(comm, channels)
-    rank_chunks = split_even(x, comm.size)
+    parts = [split_even(chunk, count) for chunk in split_even(x, comm.size)]  # cut once
 
     def ring(order: list[int], channel: int) -> Schedule:
-        chunks = [split_even(rank_chunks[rank], count)[channel] for rank in order]
+        chunks = [parts[rank][channel] for rank in order]
         return _pipelined_ring(comm, order, chunks, op, reduce_scatter, not reduce_scatter)
 
     yield from _on_channels(comm, count, range(count), ring)

@@ -215,6 +215,9 @@ class Interpreter(ABC):
 
     def step(self, task: Task, value: Any) -> None:
         """Run ``task`` from where it stopped, sending ``value`` in, until it blocks or ends."""
+        # The op budget is kept in a local while the task runs. A child that a Spawn runs
+        # meanwhile counts against the same stored budget and this task then writes its own
+        # back, so the child's first ops go uncounted: the bound is loose, never tighter.
         handlers, send, left = self.handlers, task.gen.send, self.ops_left
         while True:
             try:

@@ -139,7 +139,7 @@ class _Simulation(Interpreter):
         super().__init__(topology.size, max_ops)
         self.eager_limit = eager_limit  # sends of at most this many bytes need no Recv
         self.jitter = jitter
-        self.jitter_rng = np.random.default_rng(None if jitter is None else jitter.seed)
+        self.jitter_rng = None if jitter is None else np.random.default_rng(jitter.seed)
         self.env = simpy.Environment()
         self.has_data = has_data  # numpy buffers; size-only runs move no data
         self.topology = topology
