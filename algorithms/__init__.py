@@ -15,13 +15,13 @@ from algorithms.nccl import (
     nccl_ring_all_gather, nccl_ring_allreduce, nccl_ring_reduce_scatter, rail_ring, ring_channels,
 )
 from algorithms.ops import (
-    AVG, MAX, MIN, PROD, SUM, Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Join, Op,
-    Recv, ReduceOp, Send, Spawn, Wait,
+    AVG, MAX, MIN, PROD, SUM, Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Join,
+    Launch, Op, Protocol, Recv, ReduceOp, Send, Spawn, Wait,
 )
 
 __all__ = [
     "AVG", "MAX", "MIN", "PROD", "SUM", "Alloc", "Combine", "Comm", "Compute", "Copy", "Divide",
-    "Footprint", "Join", "Op", "Recv", "ReduceOp", "Send", "Spawn", "Wait", "all_gather",
+    "Footprint", "Join", "Launch", "Op", "Protocol", "Recv", "ReduceOp", "Send", "Spawn", "Wait", "all_gather",
     "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds", "nccl_ring_all_gather",
     "nccl_ring_allreduce", "nccl_ring_reduce_scatter", "rail_ring", "reduce",
     "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "ring_channels",

@@ -38,6 +38,23 @@ class ReduceOp(enum.Enum):
 SUM, PROD, MAX, MIN, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG
 
 
+class Protocol(enum.Enum):
+    """How a message's bytes travel, after NCCL's three protocols (NVIDIA/nccl,
+    src/device/prims_simple.h, prims_ll.h, prims_ll128.h). The data are the same under each;
+    only the cost differs, and a simulator charges it (``simcomm.engine``):
+
+    * ``SIMPLE``: large chunks, then a memory fence and a flag per chunk; the whole bandwidth,
+      the highest latency per step.
+    * ``LL`` (low latency): 8-byte lines of 4 data bytes and a 4-byte flag, so no fence;
+      the least latency, half the bandwidth.
+    * ``LL128``: 128-byte lines of 120 data bytes and an 8-byte flag; between the two.
+    """
+
+    SIMPLE = "simple"
+    LL = "ll"
+    LL128 = "ll128"
+
+
 def _bad_rank(value: object, what: str) -> ValueError:
     return ValueError(f"{what} must be a non-negative int rank, got {value!r}")
 
@@ -46,17 +63,21 @@ def _bad_rank(value: object, what: str) -> ValueError:
 class Send:
     """Send ``buf`` to rank ``peer``. Returns a handle to ``Wait`` on.
 
-    ``label`` names the step in traces and timelines (``"reduce-scatter 2"``).
+    ``label`` names the step in traces and timelines (``"reduce-scatter 2"``); ``protocol``
+    says how the bytes travel (``Protocol``), which only a cost model heeds.
     """
 
     peer: int
     buf: Any
     label: str = ""
+    protocol: Protocol = Protocol.SIMPLE
 
     def __post_init__(self) -> None:
         # type() rather than isinstance(): it turns bools away, and ops are made per message.
         if type(self.peer) is not int or self.peer < 0:
             raise _bad_rank(self.peer, "Send.peer")
+        if type(self.protocol) is not Protocol:
+            raise TypeError(f"Send.protocol must be a Protocol, got {self.protocol!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -206,7 +227,21 @@ class Footprint:
             raise ValueError(f"Footprint.delta must be an int of bytes, got {self.delta!r}")
 
 
-Op = Send | Recv | Wait | Compute | Copy | Combine | Divide | Alloc | Spawn | Join | Footprint
+@dataclass(frozen=True, slots=True, eq=False)
+class Launch:
+    """A collective's kernel starts here, running ``protocol``. A simulator charges the
+    machine's fixed cost of starting one (NCCL's base latency per protocol); on real
+    hardware the launch costs what it costs and the op does nothing."""
+
+    protocol: Protocol = Protocol.SIMPLE
+
+    def __post_init__(self) -> None:
+        if type(self.protocol) is not Protocol:
+            raise TypeError(f"Launch.protocol must be a Protocol, got {self.protocol!r}")
+
+
+Op = (Send | Recv | Wait | Compute | Copy | Combine | Divide | Alloc | Spawn | Join | Footprint
+      | Launch)
 
 
 @dataclass(frozen=True, slots=True)

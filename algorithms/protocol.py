@@ -33,7 +33,8 @@ from collections.abc import Callable, Generator, Hashable
 from typing import Any
 
 from algorithms.ops import (
-    Alloc, Combine, Compute, Copy, Divide, Footprint, Join, Recv, ReduceOp, Send, Spawn, Wait,
+    Alloc, Combine, Compute, Copy, Divide, Footprint, Join, Launch, Recv, ReduceOp, Send, Spawn,
+    Wait,
 )
 
 MAIN_CHANNEL = 0
@@ -123,10 +124,10 @@ class Interpreter(ABC):
     """What every transport does the same way: dispatching ops and enforcing their rules.
 
     A subclass implements one method per op that touches data, time or the wire (``send``,
-    ``recv``, ``wait``, ``compute``, ``copy``, ``divide``, ``alloc``, ``footprint``),
+    ``recv``, ``wait``, ``compute``, ``copy``, ``combine``, ``divide``, ``alloc``),
     ``new_task``, ``run_child_first`` (how a spawned task gets to run before its spawner)
-    and ``resume`` (let a blocked task go on), and may override the hooks ``on_block``,
-    ``on_finish`` and ``where``. A handler returns the value to send back into the
+    and ``resume`` (let a blocked task go on), and may override ``footprint`` and ``launch``
+    (which cost nothing by default) and the hooks ``on_block``, ``on_finish`` and ``where``. A handler returns the value to send back into the
     generator, or ``BLOCKED`` when the task must wait; the interpreter later resumes it.
     """
 
@@ -142,6 +143,7 @@ class Interpreter(ABC):
             Send: self.send, Recv: self.recv, Wait: self.wait, Compute: self.compute,
             Copy: self.copy, Combine: self.combine, Divide: self.divide, Alloc: self.alloc,
             Spawn: self.spawn, Join: self.join, Footprint: self.footprint,
+            Launch: self.launch,
         }
 
     # -- what each transport supplies ---------------------------------------------------
@@ -198,6 +200,10 @@ class Interpreter(ABC):
 
     def footprint(self, task: Any, op: Footprint) -> Any:
         """Account memory (the simulator) or nothing (real memory is real)."""
+        return None
+
+    def launch(self, task: Any, op: Launch) -> Any:
+        """Charge a collective's start (the simulator) or nothing (a real one is real)."""
         return None
 
     # -- tasks ---------------------------------------------------------------------------

@@ -18,6 +18,10 @@ Cost model (alpha-beta with contention):
   finds them waiting at the receiver. An algorithm that waits on a send before posting the
   receive its peer waits for deadlocks here as it hangs on real hardware. ``eager_limit``
   lets sends of at most that many bytes complete on arrival instead (MPI's eager protocol).
+* A Send's ``protocol`` (``algorithms.Protocol``) sets its costs: each link's latency under
+  that protocol (``Link.latency_of``) and the share of the wire that carries data
+  (``WIRE_EFFICIENCY``: LL's lines are half flags). A ``Launch`` holds its task for the
+  topology's launch latency under its protocol.
 * A reducing receive, a ``Combine``, a ``Copy`` and a ``Divide`` of n bytes take
   n / reduce_bandwidth seconds on the rank's memory, one at a time. ``Compute`` runs on
   the rank's compute stream, one at a time, concurrently with communication.
@@ -39,7 +43,8 @@ import numpy as np
 import simpy
 
 from algorithms.ops import (
-    Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Recv, ReduceOp, Send, Wait,
+    Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Launch, Protocol, Recv, ReduceOp,
+    Send, Wait,
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
@@ -61,6 +66,11 @@ _NEVER = -(10**40)  # the tail of a message that has crossed no link yet, in tic
 # all-reduce on 1,024 ranks (6.3 million ops), some minutes of simulation; past it, an
 # algorithm that never ends is the likelier cause.
 DEFAULT_MAX_OPS = 300_000_000
+# Data bytes per byte on the wire under each protocol. LL sends 8-byte lines of 4 data bytes
+# and a 4-byte flag; LL128 128-byte lines of 120 data bytes and an 8-byte flag (NVIDIA/nccl,
+# src/device/prims_ll.h and prims_ll128.h; NCCL's own cost model uses 0.5 and 0.92,
+# src/graph/tuning.cc).
+WIRE_EFFICIENCY = {Protocol.SIMPLE: 1.0, Protocol.LL: 0.5, Protocol.LL128: 120 / 128}
 
 
 @dataclass(frozen=True)
@@ -148,7 +158,8 @@ class _Simulation(Interpreter):
         self.link_free = [0.0] * len(self.links)
         self.link_bytes = [0] * len(self.links)
         self.link_busy = [0] * len(self.links)  # ticks
-        self.routes: dict[tuple[int, int], tuple[tuple[int, float, float, float], ...]] = {}
+        # (src, dst, protocol) -> per link of the route: (index, ticks per byte, latency, gap)
+        self.routes: dict[tuple[int, int, Protocol], tuple[tuple[int, float, int, int], ...]] = {}
         self.memory_free = [0] * self.size  # ticks
         self.compute_free = [0] * self.size
         self.memory_per_byte = [TICKS_PER_SECOND / bandwidth
@@ -215,12 +226,10 @@ class _Simulation(Interpreter):
             h.trace_index = len(self.trace)
             self.trace.append(TraceEvent("send", src, task.channel, now / TICKS_PER_SECOND,
                                          math.nan, dst, h.nbytes, op.label, h.message))
-        route = self.routes.get((src, dst))
+        key = (src, dst, op.protocol)
+        route = self.routes.get(key)
         if route is None:
-            route = self.routes[(src, dst)] = tuple(
-                (i, TICKS_PER_SECOND / self.links[i].bandwidth, _ticks(self.links[i].latency),
-                 _ticks(self.links[i].gap))
-                for i in self.topology.route(src, dst))
+            route = self.routes[key] = self._route(*key)
         h.route, h.hop, h.tail = route, 0, _NEVER
         if self.jitter is None:
             self._cross(h, now)
@@ -233,6 +242,13 @@ class _Simulation(Interpreter):
         else:
             sends.append(h)
         return h
+
+    def _route(self, src: int, dst: int, protocol: Protocol
+               ) -> tuple[tuple[int, float, int, int], ...]:
+        per_data_byte = TICKS_PER_SECOND / WIRE_EFFICIENCY[protocol]
+        return tuple((i, per_data_byte / self.links[i].bandwidth,
+                      _ticks(self.links[i].latency_of(protocol)), _ticks(self.links[i].gap))
+                     for i in self.topology.route(src, dst))
 
     def _cross(self, h: _Handle, head: int) -> None:
         # The message's head reaches the next link of its route now. The link serves heads in
@@ -428,6 +444,15 @@ class _Simulation(Interpreter):
         if isinstance(op.like, np.ndarray):
             return np.zeros(op.count, dtype=op.like.dtype)
         return SizeOnly(op.count, op.like.dtype)
+
+    def launch(self, task: _Task, op: Launch) -> Any:
+        latency = _ticks(self.topology.launch_latency.of(op.protocol))
+        if self.record and latency:
+            now = self.env.now / TICKS_PER_SECOND
+            self.trace.append(TraceEvent("launch", task.rank, task.channel, now,
+                                         now + latency / TICKS_PER_SECOND,
+                                         label=f"launch {op.protocol.value}"))
+        return self._sleep_until(task, self.env.now + latency)
 
     def footprint(self, task: _Task, op: Footprint) -> None:
         if self.record:

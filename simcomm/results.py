@@ -12,7 +12,7 @@ from simcomm.topology import Link
 class TraceEvent(NamedTuple):
     """One span of the op trace. ``kind`` is ``send`` (``rank`` -> ``peer``, issue to
     arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide``,
-    ``compute``, ``task`` (a spawned task, from its ``Spawn`` to its end; labelled with its
+    ``compute``, ``launch`` (a collective's start, ``Launch``), ``task`` (a spawned task, from its ``Spawn`` to its end; labelled with its
     generator's name) or ``footprint`` (an instant: ``nbytes`` more memory held, or fewer if
     negative, from ``start`` on). ``message`` numbers the message a send, receive or
     reduction belongs to (in send order, from 0; -1 for local work); ``label`` is the op's."""

@@ -1,7 +1,9 @@
 """Topologies: named nodes (GPUs and switches) joined by directed links.
 
 A link has a latency (alpha, seconds) and a bandwidth (bytes/second); a full-duplex cable is
-two links. Ranks live on GPU nodes, each with a reduction bandwidth: a local reduction or copy
+two links. A link's latency is the Simple protocol's; it may give LL's and LL128's as well
+(``algorithms.Protocol``), and a topology may charge a fixed launch latency per collective
+and protocol. Ranks live on GPU nodes, each with a reduction bandwidth: a local reduction or copy
 of n bytes costs n / reduce_bandwidth seconds (infinite means free).
 
 Messages follow the route with the fewest hops, ties broken by the highest bottleneck
@@ -19,9 +21,17 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from algorithms.ops import Protocol
+
 # Ranks a builder makes at most: the largest clusters trained on today are about 100,000
 # GPUs. Beyond it a typo (--ranks 100000000) would build billions of links before a word.
 MAX_RANKS = 131_072
+
+
+def _check_seconds(value: float, what: str) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{what} must be finite seconds >= 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,9 @@ class Link:
     # Seconds a message holds the link on top of its bytes (LogGP's gap g: the per-message
     # cost of a link that a stream of messages cannot hide, such as a software send path).
     gap: float = 0.0
+    # Latencies under the LL and LL128 protocols (seconds); None: ``latency``, Simple's.
+    ll_latency: float | None = None
+    ll128_latency: float | None = None
 
     def __post_init__(self) -> None:
         if not self.bandwidth > 0:
@@ -48,6 +61,35 @@ class Link:
                              f"got {self.gap!r}")
         if self.src == self.dst:
             raise ValueError(f"link {self.src}->{self.dst} connects a node to itself")
+        for name in ("ll_latency", "ll128_latency"):
+            if getattr(self, name) is not None:
+                _check_seconds(getattr(self, name), f"link {self.src}->{self.dst}: {name}")
+
+    def latency_of(self, protocol: Protocol) -> float:
+        """Seconds a message's tail takes across this link under ``protocol``."""
+        latency = (self.ll_latency if protocol is Protocol.LL else
+                   self.ll128_latency if protocol is Protocol.LL128 else None)
+        return self.latency if latency is None else latency
+
+
+@dataclass(frozen=True)
+class PerProtocol:
+    """A cost in seconds under each of NCCL's protocols (``algorithms.Protocol``)."""
+
+    simple: float
+    ll: float
+    ll128: float
+
+    def __post_init__(self) -> None:
+        for protocol in Protocol:
+            _check_seconds(getattr(self, protocol.value), f"{protocol.value} latency")
+
+    def of(self, protocol: Protocol) -> float:
+        """The cost under ``protocol``."""
+        return getattr(self, protocol.value)
+
+
+NO_LAUNCH_LATENCY = PerProtocol(0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -56,7 +98,8 @@ class Topology:
 
     ``ranks[r]`` is the node of rank r; ``reduce_bandwidth[r]`` its local reduction bandwidth.
     ``local_size``, if known, is how many consecutive ranks share a machine (a DGX's 8 GPUs):
-    algorithms see it as ``Comm.local_size``.
+    algorithms see it as ``Comm.local_size``. ``launch_latency`` is what starting one
+    collective costs under each protocol (the ``Launch`` op; NCCL's base latency).
     """
 
     name: str
@@ -65,6 +108,7 @@ class Topology:
     ranks: tuple[str, ...]
     reduce_bandwidth: tuple[float, ...]
     local_size: int | None = None
+    launch_latency: PerProtocol = NO_LAUNCH_LATENCY
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
         default_factory=dict, repr=False, compare=False)
 
@@ -94,6 +138,9 @@ class Topology:
                 or len(self.ranks) % self.local_size):
             raise ValueError(f"topology {self.name!r}: local_size must be an int >= 1 that "
                              f"divides its {len(self.ranks)} ranks, got {self.local_size!r}")
+        if type(self.launch_latency) is not PerProtocol:
+            raise TypeError(f"topology {self.name!r}: launch_latency must be a PerProtocol, "
+                            f"got {self.launch_latency!r}")
 
     @property
     def size(self) -> int:
@@ -147,7 +194,11 @@ class Topology:
             raise ValueError(f"with_latency_jitter: seed must be an int, got {seed!r}")
         rng = np.random.default_rng(seed)
         extra = rng.uniform(0.0, max_extra, size=len(self.links))
-        links = tuple(replace(link, latency=link.latency + float(e))
+        links = tuple(replace(link, latency=link.latency + float(e),
+                              ll_latency=None if link.ll_latency is None
+                              else link.ll_latency + float(e),
+                              ll128_latency=None if link.ll128_latency is None
+                              else link.ll128_latency + float(e))
                       for link, e in zip(self.links, extra))
         return replace(self, name=f"{self.name}+jitter", links=links, _routes={})
 
