@@ -12,7 +12,11 @@ from algorithms.collectives import (
     reduce_scatter, ring_allreduce,
 )
 from algorithms.nccl import (
-    nccl_ring_all_gather, nccl_ring_allreduce, nccl_ring_reduce_scatter, rail_ring, ring_channels,
+    hierarchical_allreduce, nccl_ring_all_gather, nccl_ring_allreduce, nccl_ring_reduce_scatter,
+    rail_ring, ring_channels,
+)
+from algorithms.nccl_tree import (
+    binary_tree, double_binary_tree, nccl_tree_allreduce, tree_channels, tree_position,
 )
 from algorithms.ops import (
     AVG, MAX, MIN, PROD, SUM, Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Join,
@@ -21,9 +25,10 @@ from algorithms.ops import (
 
 __all__ = [
     "AVG", "MAX", "MIN", "PROD", "SUM", "Alloc", "Combine", "Comm", "Compute", "Copy", "Divide",
-    "Footprint", "Join", "Launch", "Op", "Protocol", "Recv", "ReduceOp", "Send", "Spawn", "Wait", "all_gather",
-    "all_to_all", "alltoall_allreduce", "broadcast", "chunk_bounds", "nccl_ring_all_gather",
-    "nccl_ring_allreduce", "nccl_ring_reduce_scatter", "rail_ring", "reduce",
-    "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "ring_channels",
-    "split_even", "split_sizes",
+    "Footprint", "Join", "Launch", "Op", "Protocol", "Recv", "ReduceOp", "Send", "Spawn", "Wait",
+    "all_gather", "all_to_all", "alltoall_allreduce", "binary_tree", "broadcast", "chunk_bounds",
+    "double_binary_tree", "hierarchical_allreduce", "nccl_ring_all_gather",
+    "nccl_ring_allreduce", "nccl_ring_reduce_scatter", "nccl_tree_allreduce", "rail_ring",
+    "reduce", "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "ring_channels",
+    "split_even", "split_sizes", "tree_channels", "tree_position",
 ]

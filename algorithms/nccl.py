@@ -13,6 +13,10 @@ src/device/all_reduce.h and src/graph/rings.cc):
   its own send drains in the background and is waited only before its buffer is written
   again. The textbook ring waits for both, so every rank moves in lockstep at the pace of
   the slowest hop.
+
+Each takes the ``protocol`` NCCL would run it with (``Protocol``: Simple, LL or LL128, or
+their names): it starts with a ``Launch`` and sends every message under it, so that a
+simulator charges its costs; the data moved are the same under every protocol.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import Any
 
 from algorithms.buffers import split_even
 from algorithms.collectives import Schedule
-from algorithms.ops import AVG, SUM, Comm, Divide, Join, Recv, ReduceOp, Send, Spawn, Wait
+from algorithms.ops import (
+    AVG, SUM, Comm, Divide, Join, Launch, Protocol, Recv, ReduceOp, Send, Spawn, Wait,
+)
 
 
 def ring_channels(channels: int) -> list[str]:
@@ -41,45 +47,63 @@ def rail_ring(comm: Comm, channel: int) -> list[int]:
             for node in range(comm.size // per_node) for j in range(per_node)]
 
 
-def nccl_ring_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 0) -> Schedule:
+def nccl_ring_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 0,
+                        protocol: Protocol | str = "simple") -> Schedule:
     """Ring all-reduce as NCCL runs it: ``channels`` rings at once (0: one per rank of a
     node, so that every GPU's NIC carries one), each over its part of ``x`` in its own rank
     order (``rail_ring``), each a pipeline (see the module doc)."""
-    count = _channel_count(comm, channels)
+    count, wire = _channel_count(comm, channels), as_protocol(protocol)
+    yield Launch(wire, "ring", count)
 
     def ring(order: list[int], part: Any) -> Schedule:
         # Any chunk may end at any position: every rank ends with all of them.
-        return _pipelined_ring(comm, order, split_even(part, comm.size), op, True, True)
+        return _pipelined_ring(comm, order, split_even(part, comm.size), op, True, True, wire)
 
     yield from _on_channels(comm, count, split_even(x, count), ring)
     return x
 
 
-def nccl_ring_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 0
-                             ) -> Schedule:
+def nccl_ring_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 0,
+                             protocol: Protocol | str = "simple") -> Schedule:
     """Ring reduce-scatter as NCCL runs it (``nccl_ring_allreduce``'s first half): rank r
     ends with chunk r of ``x`` (``split_even`` bounds) reduced over all ranks, and returns
     it."""
-    yield from _rings_over_rank_chunks(comm, x, op, channels, reduce_scatter=True)
+    yield from _rings_over_rank_chunks(comm, x, op, channels, as_protocol(protocol),
+                                       reduce_scatter=True)
     return split_even(x, comm.size)[comm.rank]
 
 
-def nccl_ring_all_gather(comm: Comm, x: Any, channels: int = 0) -> Schedule:
+def nccl_ring_all_gather(comm: Comm, x: Any, channels: int = 0,
+                         protocol: Protocol | str = "simple") -> Schedule:
     """Ring all-gather as NCCL runs it (``nccl_ring_allreduce``'s second half): every rank
     ends with chunk r of rank r's ``x`` at chunk r, for every r."""
-    yield from _rings_over_rank_chunks(comm, x, SUM, channels, reduce_scatter=False)
+    yield from _rings_over_rank_chunks(comm, x, SUM, channels, as_protocol(protocol),
+                                       reduce_scatter=False)
     return x
 
 
-def _rings_over_rank_chunks(comm: Comm, x: Any, op: ReduceOp, channels: int,
+def as_protocol(protocol: Protocol | str) -> Protocol:
+    """``protocol`` as a ``Protocol``; names (``"ll128"``, any case) are accepted."""
+    if type(protocol) is Protocol:
+        return protocol
+    try:
+        return Protocol(str(protocol).lower())
+    except ValueError:
+        raise ValueError(f"unknown protocol {protocol!r}; known: "
+                         f"{', '.join(p.value for p in Protocol)}") from None
+
+
+def _rings_over_rank_chunks(comm: Comm, x: Any, op: ReduceOp, channels: int, wire: Protocol,
                             reduce_scatter: bool) -> Schedule:
     # Ring c moves part c of every rank's chunk; its position j holds rank order[j]'s.
     count = _channel_count(comm, channels)
+    yield Launch(wire, "ring", count)
     parts = [split_even(chunk, count) for chunk in split_even(x, comm.size)]  # cut once
 
     def ring(order: list[int], channel: int) -> Schedule:
         chunks = [parts[rank][channel] for rank in order]
-        return _pipelined_ring(comm, order, chunks, op, reduce_scatter, not reduce_scatter)
+        return _pipelined_ring(comm, order, chunks, op, reduce_scatter, not reduce_scatter,
+                               wire)
 
     yield from _on_channels(comm, count, range(count), ring)
 
@@ -105,7 +129,7 @@ def _on_channels(comm: Comm, count: int, parts: Sequence[Any],
 
 
 def _pipelined_ring(comm: Comm, order: list[int], chunks: Sequence[Any], op: ReduceOp,
-                    reduce_scatter: bool, all_gather: bool) -> Schedule:
+                    reduce_scatter: bool, all_gather: bool, wire: Protocol) -> Schedule:
     """One pipelined ring over ``chunks``, indexed by ring position: the reduce-scatter
     leaves position i with chunk i reduced; the all-gather hands every position's chunk i
     to all."""
@@ -116,7 +140,8 @@ def _pipelined_ring(comm: Comm, order: list[int], chunks: Sequence[Any], op: Red
     if reduce_scatter:
         for step in range(p - 1):
             label = f"reduce-scatter {step}"
-            sends[(i - step - 1) % p] = yield Send(right, chunks[(i - step - 1) % p], label)
+            sends[(i - step - 1) % p] = yield Send(right, chunks[(i - step - 1) % p], label,
+                                                   wire)
             yield Wait((yield Recv(left, chunks[(i - step - 2) % p], op, label)))
         if op is AVG and p > 1 and len(chunks[i]) > 0:
             yield Divide(chunks[i], p)
@@ -124,7 +149,7 @@ def _pipelined_ring(comm: Comm, order: list[int], chunks: Sequence[Any], op: Red
         for step in range(p - 1):  # pass on the chunk that came last
             label = f"all-gather {step}"
             out, landing = (i - step) % p, (i - step - 1) % p
-            sent = yield Send(right, chunks[out], label)
+            sent = yield Send(right, chunks[out], label, wire)
             received = yield Recv(left, chunks[landing], label=label)
             # The chunk lands where the reduce-scatter sent from: that send leaves first.
             earlier = sends.pop(landing, None)
@@ -132,3 +157,28 @@ def _pipelined_ring(comm: Comm, order: list[int], chunks: Sequence[Any], op: Red
             sends[out] = sent
     if sends:
         yield Wait(*sends.values())
+
+
+def hierarchical_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM,
+                           protocol: Protocol | str = "simple") -> Schedule:
+    """All-reduce in three rings, two within nodes and one across: a reduce-scatter within
+    each node leaves local rank i with chunk i reduced over its node; an all-reduce of chunk
+    i among the ranks of local rank i, one per node (a rail: their NICs share a network
+    plane), reduces it over the world; an all-gather within the node hands every rank all
+    chunks. So each rank's NIC carries an all-reduce of 1 / (ranks per node) of ``x``, all
+    NICs at once. Each ring is pipelined as ``nccl_ring_allreduce``'s."""
+    wire = as_protocol(protocol)
+    yield Launch(wire, "hierarchical")
+    per_node = comm.ranks_per_node
+    node, local = divmod(comm.rank, per_node)
+    in_node = [node * per_node + j for j in range(per_node)]
+    rail = [other * per_node + local for other in range(comm.size // per_node)]
+    chunks = split_even(x, per_node)  # ring position j of in_node is local rank j
+    fold = SUM if op is AVG else op  # an average sums on the way and divides once, below
+    yield from _pipelined_ring(comm, in_node, chunks, fold, True, False, wire)
+    mine = chunks[local]
+    yield from _pipelined_ring(comm, rail, split_even(mine, len(rail)), fold, True, True, wire)
+    if op is AVG and comm.size > 1 and len(mine) > 0:
+        yield Divide(mine, comm.size)
+    yield from _pipelined_ring(comm, in_node, chunks, fold, False, True, wire)
+    return x

@@ -231,13 +231,20 @@ class Footprint:
 class Launch:
     """A collective's kernel starts here, running ``protocol``. A simulator charges the
     machine's fixed cost of starting one (NCCL's base latency per protocol); on real
-    hardware the launch costs what it costs and the op does nothing."""
+    hardware the launch costs what it costs and the op does nothing. ``algorithm`` and
+    ``channels`` say what runs, for reports (as NCCL_DEBUG=INFO does)."""
 
     protocol: Protocol = Protocol.SIMPLE
+    algorithm: str = ""
+    channels: int = 1
 
     def __post_init__(self) -> None:
         if type(self.protocol) is not Protocol:
             raise TypeError(f"Launch.protocol must be a Protocol, got {self.protocol!r}")
+
+    def describe(self) -> str:
+        """``algorithm/PROTOCOL/channels``, as ``simcomm bench`` shows it: ``ring/LL/8``."""
+        return f"{self.algorithm or '?'}/{self.protocol.value.upper()}/{self.channels}"
 
 
 Op = (Send | Recv | Wait | Compute | Copy | Combine | Divide | Alloc | Spawn | Join | Footprint
@@ -245,14 +252,35 @@ Op = (Send | Recv | Wait | Compute | Copy | Combine | Divide | Alloc | Spawn | J
 
 
 @dataclass(frozen=True, slots=True)
+class Choice:
+    """How to run one collective call, as NCCL's tuner decides it: the ``algorithm``
+    (``"ring"``, ``"tree"``, ``"hierarchical"``), the ``protocol`` and the number of
+    ``channels``."""
+
+    algorithm: str
+    protocol: Protocol
+    channels: int
+
+
+# A tuner: (collective, bytes per rank) -> how to run it. Collectives are named as
+# nccl-tests names them: "allreduce", "reducescatter", "allgather".
+Tuner = Callable[[str, int], Choice]
+
+
+@dataclass(frozen=True, slots=True)
 class Comm:
     """What a rank knows of its group: its own rank, the world size, and how many ranks
     share a node (``local_size``; ranks r and s share one when r // local_size equals
-    s // local_size). Hierarchical algorithms use the last; ``None`` means one node."""
+    s // local_size). Hierarchical algorithms use the last; ``None`` means one node.
+
+    ``tuner``, if the transport has one, chooses algorithm, protocol and channels per call
+    for the collectives that let it (``algorithms.nccl.nccl_allreduce``); the simulator's
+    comes from its cost model. Every rank must get the same answers from it."""
 
     rank: int
     size: int
     local_size: int | None = None
+    tuner: Tuner | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.size, int) or self.size < 1:

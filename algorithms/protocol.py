@@ -127,8 +127,9 @@ class Interpreter(ABC):
     ``recv``, ``wait``, ``compute``, ``copy``, ``combine``, ``divide``, ``alloc``),
     ``new_task``, ``run_child_first`` (how a spawned task gets to run before its spawner)
     and ``resume`` (let a blocked task go on), and may override ``footprint`` and ``launch``
-    (which cost nothing by default) and the hooks ``on_block``, ``on_finish`` and ``where``. A handler returns the value to send back into the
-    generator, or ``BLOCKED`` when the task must wait; the interpreter later resumes it.
+    (which cost nothing by default) and the hooks ``on_block``, ``on_finish`` and ``where``.
+    A handler returns the value to send back into the generator, or ``BLOCKED`` when the
+    task must wait; the interpreter later resumes it.
     """
 
     def __init__(self, size: int, max_ops: float = math.inf) -> None:

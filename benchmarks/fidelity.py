@@ -31,9 +31,9 @@ from simcomm.presets import make_preset
 LATENCY_BOUND = 1 << 20  # bytes: below, the latency-bound regime
 BANDWIDTH_BOUND = 64 << 20  # bytes: from here, the bandwidth-bound regime
 # nccl-tests program -> the simulator's NCCL-class algorithm for NCCL_ALGO=Ring.
-RING_ALGORITHMS = {"all_reduce_perf": "nccl_ring_allreduce",
-                   "reduce_scatter_perf": "nccl_ring_reduce_scatter",
-                   "all_gather_perf": "nccl_ring_all_gather"}
+# nccl-tests program -> the simulator's collective that chooses per call as NCCL does.
+ALGORITHMS = {"all_reduce_perf": "nccl_allreduce", "reduce_scatter_perf": "nccl_reduce_scatter",
+              "all_gather_perf": "nccl_all_gather"}
 
 
 @dataclass(frozen=True)
@@ -68,27 +68,37 @@ def read_table(path: Path) -> Table:
     return Table(path, header, tuple(r[0] for r in rows), tuple(r[1] for r in rows))
 
 
-def model_for(table: Table) -> tuple[str, str] | str:
-    """(preset, algorithm) that models ``table``, or why there is none yet."""
-    algorithm = table.header.get("algorithm", "")
-    if not re.search(r"NCCL_ALGO=Ring", algorithm, re.IGNORECASE):
-        return f"algorithm not modelled yet ({algorithm.split(';')[0][:60]})"
-    program = table.header.get("collective", "")
-    if program not in RING_ALGORITHMS:
+def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
+    """(preset, algorithm, parameters) that model ``table``, or why there is none yet."""
+    program = table.header.get("collective", "").split(" ")[0]  # "all_reduce_perf (...)"
+    if program not in ALGORITHMS:
         return f"collective {program!r} not modelled"
+    params = {}
+    if re.search(r"NCCL_ALGO=Ring", table.header.get("algorithm", ""), re.IGNORECASE):
+        if program != "all_reduce_perf":
+            return "NCCL_ALGO=Ring is the only choice for this collective: run it as default"
+        params["algorithm"] = "ring"
+    if "TCPXO" in table.header.get("nic", ""):
+        return "no preset for a TCP network (GPUDirect-TCPXO)"
     layout = table.header.get("gpus_per_node", "")
     nodes = re.search(r"nodes:\s*(\d+)", layout)
     per_node = re.match(r"\s*(\d+)", layout)
-    if not (nodes and per_node and per_node.group(1) == "8"
-            and "H100" in table.header.get("machine", "")):
+    if not (nodes and per_node and "H100" in table.header.get("machine", "")):
         return "no preset for this machine"
-    count = int(nodes.group(1))
-    preset = "dgx-h100" if count == 1 else f"cluster-h100:nodes={count}"
-    return preset, RING_ALGORITHMS[program]
+    count, gpus = int(nodes.group(1)), int(per_node.group(1))
+    if count == 1:
+        preset = "dgx-h100" if gpus == 8 else f"dgx-h100:gpus={gpus}"
+    elif gpus == 8:
+        preset = f"cluster-h100:nodes={count}"
+    else:
+        return f"no preset for nodes of {gpus} GPUs"
+    return preset, ALGORITHMS[program], params
 
 
-def predict(preset: str, algorithm: str, sizes: Sequence[int]) -> list[float]:
-    """Simulated microseconds per size (float32 elements, as the tables' runs)."""
+def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence[int]
+            ) -> list[tuple[float, str]]:
+    """Simulated microseconds per size (float32 elements, as the tables' runs), each with
+    what ran (``ring/LL/8``)."""
     topology = make_preset(preset)
     collective = get_collective(algorithm)
     p = topology.size
@@ -98,8 +108,8 @@ def predict(preset: str, algorithm: str, sizes: Sequence[int]) -> list[float]:
         if collective.kind in ("reducescatter", "allgather"):
             count = count // p * p
         result = simulate(collective.function, [SizeOnly(count, np.float32)] * p, topology,
-                          record=False)
-        times.append(result.time * 1e6)
+                          record=False, **params)
+        times.append((result.time * 1e6, result.launches[0].describe()))
     return times
 
 
@@ -121,11 +131,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", default=str(Path(__file__).parent / "published"),
                         help="folder of published CSVs (default benchmarks/published)")
+    parser.add_argument("--rows", action="store_true",
+                        help="also print every row: measured, simulated, error, what ran")
     args = parser.parse_args()
     paths = sorted(Path(args.tables).glob("*.csv"))
-    print(f"{'table':<46} {'model':<44} {'latency':>13} {'transition':>13} "
+    print(f"{'table':<46} {'model':<50} {'latency':>13} {'transition':>13} "
           f"{'bandwidth':>13} {'all':>13}")
-    print(f"{'':<46} {'':<44} " + " ".join(f"{'median   max':>13}" for _ in range(4)))
+    print(f"{'':<46} {'':<50} " + " ".join(f"{'median   max':>13}" for _ in range(4)))
     every, skipped = [], []
     for path in paths:
         table = read_table(path)
@@ -133,15 +145,20 @@ def main() -> None:
         if isinstance(model, str):
             skipped.append((table.name, model))
             continue
-        preset, algorithm = model
-        predicted = predict(preset, algorithm, table.sizes)
+        preset, algorithm, params = model
+        predicted = predict(preset, algorithm, params, table.sizes)
         errors = {"latency": [], "transition": [], "bandwidth": []}
-        for size, measured, simulated in zip(table.sizes, table.times_us, predicted):
+        for size, measured, (simulated, _) in zip(table.sizes, table.times_us, predicted):
             errors[regime(size)].append(abs(simulated - measured) / measured)
         flat = [e for values in errors.values() for e in values]
         every += flat
-        print(f"{table.name:<46} {preset + ' ' + algorithm:<44} "
+        label = " ".join([preset, algorithm] + [f"{k}={v}" for k, v in params.items()])
+        print(f"{table.name:<46} {label:<50} "
               + " ".join(f"{summary(errors[r]):>13}" for r in errors) + f" {summary(flat):>13}")
+        if args.rows:
+            for size, measured, (simulated, ran) in zip(table.sizes, table.times_us, predicted):
+                print(f"    {size:>12} B  measured {measured:>9.1f} us  simulated "
+                      f"{simulated:>9.1f} us  {simulated / measured - 1:+7.1%}  {ran}")
     print(f"\nall modelled tables together: median {statistics.median(every):.1%} over "
           f"{len(every)} rows" if every else "\nno table is modelled yet")
     if skipped:

@@ -70,7 +70,7 @@ import torch.distributed as dist
 
 from algorithms.buffers import chunk_bounds
 from algorithms.ops import (
-    Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Wait,
+    Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Tuner, Wait,
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, Handle, Interpreter, MessageSizeError, ProtocolError, Task, overlaps,
@@ -149,13 +149,15 @@ class Driver:
     dtype than its send raises ``MessageSizeError``, a send whose buffer changed before its
     Wait ``ProtocolError``. ``local_size`` (ranks per node, consecutive) is what
     hierarchical algorithms see as ``Comm.local_size``; by default torchrun's
-    LOCAL_WORLD_SIZE for a driver over the whole world, else one node.
+    LOCAL_WORLD_SIZE for a driver over the whole world, else one node. ``tuner`` is
+    ``Comm.tuner``: what algorithms that choose per call (``algorithms.nccl.nccl_allreduce``)
+    ask; it must answer every process alike.
     """
 
     def __init__(self, ranks: Sequence[int] | None = None, *, channels: Sequence[Hashable] = (),
                  timeout: float = DEFAULT_TIMEOUT,
                  slice_bytes: int = DEFAULT_SLICE_BYTES, check: bool = False,
-                 local_size: int | None = None) -> None:
+                 local_size: int | None = None, tuner: Tuner | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised: start the process "
                                "with realcomm.launch (init_from_env or spawn) first")
@@ -165,6 +167,9 @@ class Driver:
             raise ValueError(f"slice_bytes must be an int >= 0, got {slice_bytes!r}")
         if not isinstance(check, bool):
             raise TypeError(f"check must be a bool, got {check!r}")
+        if tuner is not None and not callable(tuner):
+            raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got "
+                            f"{tuner!r}")
         names = list(channels)
         if MAIN_CHANNEL in names or len(set(names)) != len(names):
             raise ValueError(f"channels must be distinct and leave out {MAIN_CHANNEL!r}, the "
@@ -189,7 +194,7 @@ class Driver:
             size = dist.get_world_size(group)
             if local_size is None and ranks is None:
                 local_size = _launcher_local_size(size)
-            self.comm = Comm(dist.get_rank(group), size, local_size)
+            self.comm = Comm(dist.get_rank(group), size, local_size, tuner)
             self._global_ranks = dist.get_process_group_ranks(group)
             # Every rank of a new communicator takes part in its first op: NCCL wants that
             # of batched point-to-point ops, which may involve only some ranks.

@@ -91,8 +91,9 @@ def bench_size(config: BenchConfig, topology: Topology, size: int) -> BenchRow:
     if config.check:
         wrong = count_wrong(config.collective, inputs, result.results, config.op,
                             config.root, dict(config.params))
+    algo = "; ".join(dict.fromkeys(launch.describe() for launch in result.launches))
     return bench_row(config.collective, p, size, config.dtype, config.op, config.root,
-                     result.time, wrong)
+                     result.time, wrong, algo)
 
 
 def bench_rows(config: BenchConfig, topology: Topology) -> list[BenchRow]:

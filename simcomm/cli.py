@@ -17,6 +17,9 @@
 * ``simcomm validate`` puts simulated and measured times side by side (``simcomm.validate``).
 * ``simcomm fit`` fits the cost model to the measurements that ``realcomm calibrate`` wrote
   and writes a topology file (``simcomm.calibration``).
+* ``simcomm tune`` writes the simulator's choice of algorithm, protocol and channels per
+  size range as a tuner file for NCCL's example tuner plugin
+  (``algorithms.harness.tuner_file``, ``simcomm.tuning``).
 
 Each subcommand lives in its own pair of functions (one adds its parser, one runs it). Bad
 arguments, simulator errors and a ``--check`` too large for memory print one line,
@@ -35,6 +38,7 @@ from algorithms.harness.bench import format_rows, parse_size, parse_sizes, size_
 from algorithms.harness.cli import (
     Parser, UsageError, add_bench_arguments, config_from_args, output_file, run_command,
 )
+from algorithms.harness.tuner_file import format_tuner_file, rows_for
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import bench_rows, is_builder, load_named_topology, traced_run
 from simcomm.calibration import load_calibration
@@ -49,6 +53,7 @@ from simcomm.sweep import (
 from simcomm.sweep_csv import Series, SweepRow, read_bench_csv, read_csv, write_csv
 from simcomm.topofile import dump_topology
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
+from simcomm.tuning import CANDIDATES, ModelTuner
 from simcomm.train_cli import add_ddp_parser, add_fsdp_parser, run_ddp, run_fsdp
 from simcomm.units import parse_bandwidth, parse_seconds
 from simcomm.validate import compare, format_validation, validation_series
@@ -76,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.choices["fsdp"].set_defaults(run=fsdp)
     _add_validate_parser(commands)
     _add_fit_parser(commands)
+    _add_tune_parser(commands)
     return parser
 
 
@@ -305,6 +311,56 @@ def fit(args: argparse.Namespace) -> int:
     print(calibration.format())
     Path(args.out).write_text(calibration.topology_toml(args.name), encoding="utf-8")
     print(f"wrote {args.out} (simcomm topo show {args.out})")
+    return 0
+
+
+# -- tune -------------------------------------------------------------------------------
+
+def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "tune", help="write the model's choice per size as an NCCL tuner file",
+        description="Estimate every algorithm and protocol NCCL weighs at each size on a "
+                    "topology, and write the fastest per size range in the CSV format of "
+                    "NCCL's example tuner plugin (NCCL_TUNER_CONFIG_FILE).")
+    parser.add_argument("--topology", required=True, metavar="PRESET|FILE",
+                        help="a preset (simcomm topo list) or a topology file (.toml)")
+    parser.add_argument("--collectives", default=",".join(CANDIDATES), metavar="LIST",
+                        help=f"comma-separated, of {', '.join(CANDIDATES)} (default all)")
+    parser.add_argument("-b", "--minbytes", default="8", metavar="SIZE",
+                        help="smallest size to estimate (default 8)")
+    parser.add_argument("-e", "--maxbytes", default="16GiB", metavar="SIZE",
+                        help="largest size to estimate (default 16GiB)")
+    parser.add_argument("--out", metavar="FILE.csv", type=output_file,
+                        help="write the tuner file here (default: print it)")
+    parser.set_defaults(run=tune)
+
+
+def tune(args: argparse.Namespace) -> int:
+    """``simcomm tune``: the model's fastest choice per size range, as a tuner file."""
+    if is_builder(args.topology):
+        raise ValueError(f"--topology {args.topology} is a builder: tune takes a preset or a "
+                         ".toml file")
+    topology = load_named_topology(args.topology)
+    collectives = split_list(args.collectives)
+    for collective in collectives:
+        if collective not in CANDIDATES:
+            raise ValueError(f"--collectives: unknown collective {collective!r}; known: "
+                             f"{', '.join(CANDIDATES)}")
+    sizes = size_range(parse_size(args.minbytes), parse_size(args.maxbytes), 2)
+    tuner = ModelTuner(topology)
+    nodes = topology.size // (topology.local_size or topology.size)
+    rows = [row for collective in collectives
+            for row in rows_for(collective, [(n, tuner(collective, n)) for n in sizes],
+                                nodes, topology.size)]
+    text = format_tuner_file(rows, [
+        f"simcomm tune --topology {args.topology}: {topology.size} ranks on {nodes} nodes",
+        f"the fastest of the model's estimates at each power of two from {sizes[0]} to "
+        f"{sizes[-1]} bytes"])
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}: {len(rows)} rows")
+    else:
+        sys.stdout.write(text)
     return 0
 
 

@@ -44,7 +44,7 @@ import simpy
 
 from algorithms.ops import (
     Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Launch, Protocol, Recv, ReduceOp,
-    Send, Wait,
+    Send, Tuner, Wait,
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
@@ -54,7 +54,8 @@ from algorithms import reference
 from simcomm.buffers import SizeOnly
 from simcomm.chrome_trace import write_chrome_trace
 from simcomm.results import Hop, LinkStats, SimResult, TraceEvent
-from simcomm.topology import Topology, check_ranks
+from simcomm.topology import WIRE_EFFICIENCY, Topology, check_ranks
+from simcomm.tuning import ModelTuner
 
 # The clock counts whole zeptoseconds (1e-21 s): each duration is rounded to a tick once,
 # and sums of ticks are exact in any order. In float seconds two messages that should reach
@@ -66,11 +67,6 @@ _NEVER = -(10**40)  # the tail of a message that has crossed no link yet, in tic
 # all-reduce on 1,024 ranks (6.3 million ops), some minutes of simulation; past it, an
 # algorithm that never ends is the likelier cause.
 DEFAULT_MAX_OPS = 300_000_000
-# Data bytes per byte on the wire under each protocol. LL sends 8-byte lines of 4 data bytes
-# and a 4-byte flag; LL128 128-byte lines of 120 data bytes and an 8-byte flag (NVIDIA/nccl,
-# src/device/prims_ll.h and prims_ll128.h; NCCL's own cost model uses 0.5 and 0.92,
-# src/graph/tuning.cc).
-WIRE_EFFICIENCY = {Protocol.SIMPLE: 1.0, Protocol.LL: 0.5, Protocol.LL128: 120 / 128}
 
 
 @dataclass(frozen=True)
@@ -173,6 +169,7 @@ class _Simulation(Interpreter):
         self.trace: list[TraceEvent] = []
         self.hops: list[Hop] = []
         self.messages = 0
+        self.launches: list[Launch] = []
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -446,6 +443,8 @@ class _Simulation(Interpreter):
         return SizeOnly(op.count, op.like.dtype)
 
     def launch(self, task: _Task, op: Launch) -> Any:
+        if task.rank == 0:
+            self.launches.append(op)
         latency = _ticks(self.topology.launch_latency.of(op.protocol))
         if self.record and latency:
             now = self.env.now / TICKS_PER_SECOND
@@ -528,7 +527,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
              *, record: bool = True, trace: str | os.PathLike[str] | IO[str] | None = None,
              eager_limit: int | None = None, max_ops: int | None = DEFAULT_MAX_OPS,
              max_time: float | None = None, jitter: Jitter | None = None,
-             **params: Any) -> SimResult:
+             tuner: Tuner | None = None, **params: Any) -> SimResult:
     """Run ``algorithm`` on every rank of ``topology`` and return results and costs.
 
     ``inputs`` holds one 1-D numpy array or ``SizeOnly`` buffer per rank; numpy inputs are
@@ -543,6 +542,9 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     ``max_ops`` (ops of all ranks together) and ``max_time`` (simulated seconds) bound the
     run: past either, ``RunLimitError``; None lifts the bound. ``jitter`` delays messages
     and computations at random (``Jitter``), to explore the orders a run may take.
+    ``tuner`` chooses how the collectives that ask (``algorithms.nccl.nccl_allreduce``) run
+    (``Comm.tuner``); by default ``simcomm.tuning.ModelTuner(topology)``, this model's
+    fastest choice.
     """
     if trace is not None and not record:
         raise ValueError("trace= writes the op trace, so it needs record=True")
@@ -576,9 +578,13 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                       has_data=not isinstance(buffers[0], SizeOnly) if buffers else False,
                       eager_limit=-1 if eager_limit is None else eager_limit,
                       max_ops=math.inf if max_ops is None else max_ops, jitter=jitter)
+    if tuner is None:
+        tuner = ModelTuner(topology)
+    elif not callable(tuner):
+        raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got {tuner!r}")
     gens = []
     for rank in range(topology.size):
-        gen = algorithm(Comm(rank, topology.size, topology.local_size), buffers[rank],
+        gen = algorithm(Comm(rank, topology.size, topology.local_size, tuner), buffers[rank],
                         **params)
         if not hasattr(gen, "send"):
             raise TypeError(f"{getattr(algorithm, '__name__', algorithm)!r} did not return a "
@@ -592,7 +598,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     links = [LinkStats(link, sim.link_bytes[i], sim.link_busy[i] / TICKS_PER_SECOND)
              for i, link in enumerate(topology.links)]
     result = SimResult(sim.results, max(sim.finish_times), sim.finish_times, links, sim.trace,
-                       sim.messages, sim.hops)
+                       sim.messages, sim.hops, sim.launches)
     if trace is not None:
         write_chrome_trace(result, trace)
     return result

@@ -10,7 +10,8 @@ How the figures become a model (docs/topologies.md has the whole story and the c
 * A link's bandwidth is the data rate NCCL can reach on it, not the line rate: NVLink moves
   128-byte payloads from the GPU's SMs, which leaves about 80% of the line rate for data.
 * A GPU-to-GPU latency is the per-step latency of NCCL's own cost model for the ring
-  algorithm with its Simple protocol, the one it uses for large messages.
+  algorithm, under each of its protocols (Simple, LL, LL128), and a collective's launch
+  costs NCCL's base latency for its protocol.
 * A GPU's reduce bandwidth is its HBM bandwidth from the datasheet. This is a modelling
   choice: the simulator charges a reduction after the chunk has arrived, where NCCL fuses it
   into the transfer and hides it.
@@ -31,7 +32,7 @@ from algorithms import ring_allreduce
 from algorithms.harness.catalog import COLLECTIVES
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
-from simcomm.topology import Link, Topology, hierarchical, switch
+from simcomm.topology import Link, PerProtocol, Topology, hierarchical, link_with, switch
 
 GB = 1e9  # bytes/second per GB/s
 US = 1e-6  # seconds per microsecond
@@ -62,11 +63,13 @@ PCIE_GEN4_X16_DATA = 16 * 120 / 80 * GB
 # (NVIDIA/nccl-tests issue #267); the model takes the lower figure.
 NDR_NIC_DATA = 48 * GB
 
-# Per-step latencies of NCCL's cost model, ring algorithm, Simple protocol (hwLat in
-# NVIDIA/nccl, src/graph/tuning.cc): NVLink 3.4 us, PCIe 5.7 us, network 14 us.
-NVLINK_STEP_LATENCY = 3.4 * US
-PCIE_STEP_LATENCY = 5.7 * US
-NET_STEP_LATENCY = 14.0 * US
+# Per-step latencies of NCCL's cost model for its ring algorithm, per protocol (Simple, LL,
+# LL128), and its base latency per collective (hwLat and baseLat in NVIDIA/nccl v2.26.2,
+# src/graph/tuning.cc; unchanged in v2.30).
+NVLINK_STEP_LATENCY = PerProtocol(simple=3.4 * US, ll=0.6 * US, ll128=1.9 * US)
+PCIE_STEP_LATENCY = PerProtocol(simple=5.7 * US, ll=1.0 * US, ll128=2.5 * US)
+NET_STEP_LATENCY = PerProtocol(simple=14.0 * US, ll=2.7 * US, ll128=4.0 * US)
+NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US)
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
 # Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
 # which already covers a message's whole trip across the network.
@@ -107,25 +110,32 @@ def _positive_int(name: str, value: int) -> int:
     return value
 
 
-def dgx_a100() -> Topology:
-    """DGX A100 (640 GB): 8 A100 80GB SXM4 on NVSwitch."""
-    topo = switch(GPUS_PER_DGX, A100_NVLINKS * A100_NVLINK_DATA, NVLINK_STEP_LATENCY,
-                  A100_SXM_HBM)
-    return replace(topo, name="dgx-a100", _routes={})
+def dgx_a100(gpus: int = GPUS_PER_DGX) -> Topology:
+    """DGX A100 (640 GB): 8 A100 80GB SXM4 on NVSwitch, or the first ``gpus`` of them."""
+    return _dgx("dgx-a100", gpus, A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM)
 
 
-def dgx_h100() -> Topology:
-    """DGX H100: 8 H100 SXM5 on NVSwitch."""
-    topo = switch(GPUS_PER_DGX, H100_NVLINKS * H100_NVLINK_DATA, NVLINK_STEP_LATENCY,
-                  H100_SXM_HBM)
-    return replace(topo, name="dgx-h100", _routes={})
+def dgx_h100(gpus: int = GPUS_PER_DGX) -> Topology:
+    """DGX H100: 8 H100 SXM5 on NVSwitch, or the first ``gpus`` of them."""
+    return _dgx("dgx-h100", gpus, H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM)
+
+
+def _dgx(name: str, gpus: int, nvlink: float, hbm: float) -> Topology:
+    _positive_int("gpus", gpus)
+    if gpus > GPUS_PER_DGX:
+        raise ValueError(f"gpus must be at most {GPUS_PER_DGX}, got {gpus}")
+    topo = switch(gpus, nvlink, NVLINK_STEP_LATENCY, hbm)
+    if gpus != GPUS_PER_DGX:
+        name = f"{name}:gpus={gpus}"
+    return replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY, _routes={})
 
 
 def pcie_a100(gpus: int = 8) -> Topology:
     """A100 80GB PCIe cards, each on a Gen4 x16 port of one PCIe switch, no NVLink."""
     _positive_int("gpus", gpus)
     topo = switch(gpus, PCIE_GEN4_X16_DATA, PCIE_STEP_LATENCY, A100_PCIE_HBM)
-    return replace(topo, name=f"pcie-a100:gpus={gpus}", _routes={})
+    return replace(topo, name=f"pcie-a100:gpus={gpus}", launch_latency=NCCL_LAUNCH_LATENCY,
+                   _routes={})
 
 
 def cluster_h100(nodes: int = 2) -> Topology:
@@ -134,7 +144,8 @@ def cluster_h100(nodes: int = 2) -> Topology:
     topo = hierarchical(nodes, GPUS_PER_DGX, H100_NVLINKS * H100_NVLINK_DATA,
                         NVLINK_STEP_LATENCY, NDR_NIC_DATA, NET_STEP_LATENCY,
                         nic_per_gpu=True, reduce_bandwidth=H100_SXM_HBM)
-    return replace(topo, name=f"cluster-h100:nodes={nodes}", _routes={})
+    return replace(topo, name=f"cluster-h100:nodes={nodes}",
+                   launch_latency=NCCL_LAUNCH_LATENCY, _routes={})
 
 
 def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: float = 1.0
@@ -160,15 +171,16 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     gpus = [f"gpu{i}" for i in range(nodes * GPUS_PER_DGX)]
     links: list[Link] = []
 
-    def duplex(a: str, b: str, bandwidth: float, latency: float) -> None:
-        links.extend((Link(a, b, bandwidth, latency), Link(b, a, bandwidth, latency)))
+    def duplex(a: str, b: str, bandwidth: float, latency: float | PerProtocol) -> None:
+        links.extend((link_with(a, b, bandwidth, latency, 0.5),
+                      link_with(b, a, bandwidth, latency, 0.5)))
 
     for i, gpu in enumerate(gpus):
         node = i // GPUS_PER_DGX
-        duplex(gpu, f"node{node}.switch", nvlink, NVLINK_STEP_LATENCY / 2)
-        duplex(gpu, f"leaf{node // nodes_per_leaf}", NDR_NIC_DATA, NET_STEP_LATENCY / 2)
+        duplex(gpu, f"node{node}.switch", nvlink, NVLINK_STEP_LATENCY)
+        duplex(gpu, f"leaf{node // nodes_per_leaf}", NDR_NIC_DATA, NET_STEP_LATENCY)
     for leaf in range(leaves):
-        duplex(f"leaf{leaf}", "spine", uplink, SPINE_HOP_LATENCY)
+        duplex(f"leaf{leaf}", "spine", uplink, 2 * SPINE_HOP_LATENCY)
     names = (gpus + [f"node{n}.switch" for n in range(nodes)]
              + [f"leaf{leaf}" for leaf in range(leaves)] + ["spine"])
     ratio = f"{oversubscription:g}"
@@ -177,7 +189,7 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     name = (f"fattree-h100:nodes={nodes},nodes_per_leaf={nodes_per_leaf},"
             f"oversubscription={ratio}")
     return Topology(name, tuple(names), tuple(links), tuple(gpus),
-                    (H100_SXM_HBM,) * len(gpus), GPUS_PER_DGX)
+                    (H100_SXM_HBM,) * len(gpus), GPUS_PER_DGX, NCCL_LAUNCH_LATENCY)
 
 
 # -- the registry -----------------------------------------------------------------------------
@@ -195,9 +207,11 @@ class Preset:
 
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
     Preset("dgx-a100", "8x A100 80GB SXM4 on NVSwitch: 240 GB/s NVLink data rate per GPU "
-           "per direction, HBM 2039 GB/s", dgx_a100),
+           "per direction, HBM 2039 GB/s (gpus=8: fewer take part)", dgx_a100,
+           (("gpus", GPUS_PER_DGX),)),
     Preset("dgx-h100", "8x H100 SXM5 on NVSwitch: 370.8 GB/s NVLink data rate per GPU per "
-           "direction, HBM 3350 GB/s", dgx_h100),
+           "direction, HBM 3350 GB/s (gpus=8: fewer take part)", dgx_h100,
+           (("gpus", GPUS_PER_DGX),)),
     Preset("pcie-a100", "A100 80GB PCIe cards on one PCIe Gen4 x16 switch, 24 GB/s per GPU "
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
     Preset("cluster-h100", "DGX H100 nodes, one 400 Gb/s NIC per GPU into one network switch "
@@ -272,34 +286,42 @@ def _us(latency: float) -> str:
 
 def describe(topology: Topology) -> str:
     """A readable summary: nodes, links grouped by class (bandwidth in GB/s per direction,
-    latency in us, and the gap per message where there is one), reduce bandwidths and ranks.
+    latency in us, the LL and LL128 latencies where a link has them, and the gap per message
+    where there is one), the launch latency per protocol unless it is zero, reduce bandwidths
+    and ranks.
 
     Links fall in one class when their ends match after replacing digits by ``N`` and their
-    bandwidth, latency and gap agree; a class whose reverse class has as many links is shown once,
-    as ``<->``.
+    bandwidth, latencies and gap agree; a class whose reverse class has as many links is shown
+    once, as ``<->``.
     """
     ranked = set(topology.ranks)
     others = [n for n in topology.nodes if n not in ranked]
     lines = [f"{topology.name}: {topology.size} ranks, {len(topology.nodes)} nodes "
              f"({len(others)} without a rank), {len(topology.links)} links"]
     classes = Counter((_pattern(link.src), _pattern(link.dst), link.bandwidth, link.latency,
-                       link.gap) for link in topology.links)
+                       link.ll_latency, link.ll128_latency, link.gap) for link in topology.links)
     rows, shown = [], set()
     for key, count in classes.items():
         if key in shown:
             continue
-        src, dst, bandwidth, latency, gap = key
-        back = (dst, src, bandwidth, latency, gap)
+        src, dst, *figures = key
+        back = (dst, src, *figures)
         if back != key and classes.get(back) == count:
             shown.add(back)
-            rows.append((f"{src} <-> {dst}", 2 * count, bandwidth, latency, gap))
+            rows.append((f"{src} <-> {dst}", 2 * count, *figures))
         else:
-            rows.append((f"{src} -> {dst}", count, bandwidth, latency, gap))
+            rows.append((f"{src} -> {dst}", count, *figures))
     width = max((len(r[0]) for r in rows), default=0)
     lines.append("links (bandwidth per direction, latency per link):")
-    for label, count, bandwidth, latency, gap in rows:
+    for label, count, bandwidth, latency, ll, ll128, gap in rows:
+        protocols = "".join(f"  {name} {_us(seconds)}" for name, seconds in
+                            (("LL", ll), ("LL128", ll128)) if seconds is not None)
         lines.append(f"  {label:<{width}}  {count:>5} links  {_gbps(bandwidth):>12}  "
-                     f"{_us(latency):>9}" + (f"  gap {_us(gap)}" if gap else ""))
+                     f"{_us(latency):>9}{protocols}" + (f"  gap {_us(gap)}" if gap else ""))
+    launch = topology.launch_latency
+    if launch != PerProtocol(0.0, 0.0, 0.0):
+        lines.append(f"launch latency per collective: Simple {_us(launch.simple)}, "
+                     f"LL {_us(launch.ll)}, LL128 {_us(launch.ll128)}")
     reduce = Counter(topology.reduce_bandwidth)
     if len(reduce) == 1:
         lines.append(f"reduce bandwidth: {_gbps(topology.reduce_bandwidth[0])} on every rank")

@@ -6,16 +6,18 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from algorithms.ops import Launch
 from simcomm.topology import Link
 
 
 class TraceEvent(NamedTuple):
     """One span of the op trace. ``kind`` is ``send`` (``rank`` -> ``peer``, issue to
     arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide``,
-    ``compute``, ``launch`` (a collective's start, ``Launch``), ``task`` (a spawned task, from its ``Spawn`` to its end; labelled with its
-    generator's name) or ``footprint`` (an instant: ``nbytes`` more memory held, or fewer if
-    negative, from ``start`` on). ``message`` numbers the message a send, receive or
-    reduction belongs to (in send order, from 0; -1 for local work); ``label`` is the op's."""
+    ``compute``, ``launch`` (a collective's start, ``Launch``), ``task`` (a spawned task,
+    from its ``Spawn`` to its end; labelled with its generator's name) or ``footprint`` (an
+    instant: ``nbytes`` more memory held, or fewer if negative, from ``start`` on).
+    ``message`` numbers the message a send, receive or reduction belongs to (in send order,
+    from 0; -1 for local work); ``label`` is the op's."""
 
     kind: str
     rank: int
@@ -59,6 +61,8 @@ class SimResult:
     trace: list[TraceEvent] = field(repr=False)
     messages: int = 0
     hops: list[Hop] = field(default_factory=list, repr=False)
+    # Rank 0's ``Launch`` ops in order: which algorithm, protocol and channels ran.
+    launches: list[Launch] = field(default_factory=list)
 
     def sends(self) -> list[TraceEvent]:
         """The trace's messages, in send order."""

@@ -24,10 +24,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import IO
 
-from algorithms.harness.bench import size_range
+from algorithms.harness.bench import CSV_HEADER, size_range
 from simcomm.bench import (
     algorithm_config, bench_size, build_topology, is_builder, load_named_topology,
 )
@@ -129,7 +129,7 @@ def run_point(point: Point) -> SweepRow:
                               point.reduce_bandwidth)
     row = bench_size(config, topology, point.size)
     return SweepRow(point.algorithm, point.topology, topology.size, point.bandwidth,
-                    point.latency, *astuple(row))
+                    point.latency, *(getattr(row, column) for column in CSV_HEADER.split(",")))
 
 
 def default_jobs() -> int:

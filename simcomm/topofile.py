@@ -8,10 +8,15 @@ Two forms. The explicit form lists nodes and links::
     ranks = ["gpu1", "gpu0"]         # rank order (optional; default: the gpus in order)
     local_size = 1                   # ranks per machine, for hierarchical algorithms
                                      # (optional; default: all on one)
+    launch_latency = "8.4us"         # what starting one collective costs (NCCL's base
+    launch_latency_ll = "6.6us"      # latency) under Simple, LL and LL128 (optional;
+    launch_latency_ll128 = "14us"    # default 0; LL's and LL128's default: launch_latency)
 
     [defaults]                       # for every link and GPU that does not say otherwise
     bandwidth = "100GB/s"            # per direction
-    latency = "2us"
+    latency = "2us"                  # under the Simple protocol
+    latency_ll = "0.3us"             # under LL and LL128 (optional; default: the link's
+    latency_ll128 = "0.95us"         # latency, as for Simple)
     duplex = true                    # a link entry makes both directions (default true)
     reduce_bandwidth = "2TB/s"       # default: inf (reductions are free)
 
@@ -21,7 +26,7 @@ Two forms. The explicit form lists nodes and links::
     [[link]]
     src = ["gpu0", "gpu1"]           # a name or a list: one link per (src, dst) pair
     dst = "sw"
-    latency = "1us"                  # overrides [defaults]
+    latency = "1us"                  # overrides [defaults]; so may latency_ll, latency_ll128
     gap = "0.5us"                    # seconds each message holds the link besides its
                                      # bytes (LogGP's g; default 0)
 
@@ -32,9 +37,15 @@ Instead of ``gpus`` and ``switches`` a file may list ``nodes`` (every node, in o
     ranks = 8
     bandwidth = "370.8GB/s"
     latency = "3.4us"
+    latency_ll = "0.6us"             # optional, as latency_ll128; hierarchical takes
+                                     # intra_latency_ll, inter_latency_ll128, ...
     reduce_bandwidth = "3350GB/s"
+    launch_latency = "8.4us"         # optional, as in the explicit form
 
-Bandwidths and latencies need units (``100GB/s``, ``400Gbps``, ``2us``). Mistakes raise
+A link's LL or LL128 latency that no key gives is None: the link's ``latency`` (Simple's)
+applies. In the builder form, giving one of a latency's LL and LL128 figures builds with
+``PerProtocol`` latencies, and the one not given takes the Simple figure. Bandwidths and
+latencies need units (``100GB/s``, ``400Gbps``, ``2us``). Mistakes raise
 ``TopologyFileError`` naming the file and the key. ``dump_topology`` writes the explicit form,
 exactly: loading what it wrote gives an equal ``Topology``.
 """
@@ -47,13 +58,14 @@ import re
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from simcomm.presets import PRESETS, is_preset_spec, make_preset
 from simcomm.topology import (
-    Link, Topology, fully_connected, hierarchical, ring, switch,
+    NO_LAUNCH_LATENCY, Link, PerProtocol, Topology, fully_connected, hierarchical, ring, switch,
 )
 from simcomm.units import parse_bandwidth, parse_seconds
 
@@ -64,10 +76,16 @@ class TopologyFileError(ValueError):
 
 # -- reading ----------------------------------------------------------------------------------
 
-_EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", "defaults",
-                  "reduce_bandwidth", "link")
-_DEFAULTS_KEYS = ("bandwidth", "latency", "gap", "duplex", "reduce_bandwidth")
-_LINK_KEYS = ("src", "dst", "bandwidth", "latency", "gap", "duplex")
+# Top-level keys of the launch latency per protocol, in PerProtocol's field order.
+_LAUNCH_KEYS = ("launch_latency", "launch_latency_ll", "launch_latency_ll128")
+_EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_LAUNCH_KEYS,
+                  "defaults", "reduce_bandwidth", "link")
+# A link's optional LL and LL128 latencies: file key -> ``Link`` field.
+_PROTOCOL_LATENCIES = (("latency_ll", "ll_latency"), ("latency_ll128", "ll128_latency"))
+_DEFAULTS_KEYS = ("bandwidth", "latency", "latency_ll", "latency_ll128", "gap", "duplex",
+                  "reduce_bandwidth")
+_LINK_KEYS = ("src", "dst", "bandwidth", "latency", "latency_ll", "latency_ll128", "gap",
+              "duplex")
 
 
 class _Reader:
@@ -200,10 +218,22 @@ def _from_tables(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
                    else reduce_default for g in rank_nodes)
     local_size = (reader.count(data["local_size"], "local_size") if "local_size" in data
                   else None)
+    launch = _read_launch(reader, data)
     try:
-        return Topology(name, tuple(nodes), tuple(links), tuple(rank_nodes), reduce, local_size)
+        return Topology(name, tuple(nodes), tuple(links), tuple(rank_nodes), reduce, local_size,
+                        launch)
     except ValueError as error:
         raise reader.error("", str(error)) from None
+
+
+def _read_launch(reader: _Reader, data: dict[str, Any]) -> PerProtocol:
+    """The launch latency per protocol: ``launch_latency`` (default 0) for Simple, and for LL
+    and LL128 their own key or else the Simple figure."""
+    simple_key, ll_key, ll128_key = _LAUNCH_KEYS
+    simple = reader.latency(data[simple_key], simple_key) if simple_key in data else 0.0
+    ll, ll128 = (reader.latency(data[key], key) if key in data else simple
+                 for key in (ll_key, ll128_key))
+    return PerProtocol(simple, ll, ll128)
 
 
 def _read_nodes(reader: _Reader, data: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -250,8 +280,10 @@ def _read_nodes(reader: _Reader, data: dict[str, Any]) -> tuple[list[str], list[
 
 def _read_defaults(reader: _Reader, table: dict[str, Any]) -> dict[str, Any]:
     reader.check_keys(table, _DEFAULTS_KEYS, "defaults.")
-    parsers = {"bandwidth": reader.bandwidth, "latency": reader.latency, "gap": reader.latency,
-               "duplex": reader.flag, "reduce_bandwidth": reader.bandwidth}
+    parsers = {"bandwidth": reader.bandwidth, "latency": reader.latency,
+               "latency_ll": reader.latency, "latency_ll128": reader.latency,
+               "gap": reader.latency, "duplex": reader.flag,
+               "reduce_bandwidth": reader.bandwidth}
     return {key: parsers[key](value, f"defaults.{key}") for key, value in table.items()}
 
 
@@ -278,6 +310,9 @@ def _read_link(reader: _Reader, entry: dict[str, Any], where: str, defaults: dic
            else defaults.get("gap", 0.0))
     duplex = (reader.flag(entry["duplex"], f"{where}.duplex") if "duplex" in entry
               else defaults.get("duplex", True))
+    protocols = {field: (reader.latency(entry[key], f"{where}.{key}") if key in entry
+                         else defaults.get(key))
+                 for key, field in _PROTOCOL_LATENCIES}
     links = []
     for src in ends["src"]:
         for dst in ends["dst"]:
@@ -285,17 +320,20 @@ def _read_link(reader: _Reader, entry: dict[str, Any], where: str, defaults: dic
                 if len(ends["src"]) == 1 and len(ends["dst"]) == 1:
                     raise reader.error(where, f"src and dst are both {src!r}")
                 continue
-            links.append(Link(src, dst, figures["bandwidth"], figures["latency"], gap))
+            links.append(Link(src, dst, figures["bandwidth"], figures["latency"], gap,
+                              **protocols))
             if duplex:
-                links.append(Link(dst, src, figures["bandwidth"], figures["latency"], gap))
+                links.append(Link(dst, src, figures["bandwidth"], figures["latency"], gap,
+                                  **protocols))
     return links
 
 
 # Builder parameters: (key, reader method name, required). Optional ones take the builder's
-# own default.
+# own default. Each latency parameter ``L`` also takes optional keys ``L_ll`` and ``L_ll128``.
+_Param = tuple[str, str, bool]
 _FLAT = (("ranks", "count", True), ("bandwidth", "bandwidth", True),
          ("latency", "latency", True), ("reduce_bandwidth", "bandwidth", False))
-_BUILDERS: Mapping[str, tuple[Callable[..., Topology], tuple[tuple[str, str, bool], ...]]] = (
+_BUILDERS: Mapping[str, tuple[Callable[..., Topology], tuple[_Param, ...]]] = (
     MappingProxyType({
         "ring": (ring, _FLAT),
         "fully_connected": (fully_connected, _FLAT),
@@ -306,6 +344,7 @@ _BUILDERS: Mapping[str, tuple[Callable[..., Topology], tuple[tuple[str, str, boo
             ("inter_bandwidth", "bandwidth", True), ("inter_latency", "latency", True),
             ("nic_per_gpu", "flag", False), ("reduce_bandwidth", "bandwidth", False))),
     }))
+_PROTOCOL_SUFFIXES = ("_ll", "_ll128")
 
 
 def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
@@ -313,19 +352,30 @@ def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     if not isinstance(kind, str) or kind not in _BUILDERS:
         raise reader.error("kind", f"unknown builder {kind!r} (known: {', '.join(_BUILDERS)})")
     build, params = _BUILDERS[kind]
-    reader.check_keys(data, ("kind", "name") + tuple(p[0] for p in params), "")
-    kwargs = {}
+    latencies = [key for key, parse, _ in params if parse == "latency"]
+    reader.check_keys(data, ("kind", "name", *(p[0] for p in params),
+                             *(key + suffix for key in latencies for suffix in _PROTOCOL_SUFFIXES),
+                             *_LAUNCH_KEYS), "")
+    kwargs: dict[str, Any] = {}
     for key, parse, required in params:
         if key in data:
             kwargs[key] = getattr(reader, parse)(data[key], key)
         elif required:
             raise reader.error(key, f"missing key (kind = {kind!r} needs it)")
+    for key in latencies:
+        given = [reader.latency(data[key + suffix], key + suffix)
+                 if key + suffix in data else None for suffix in _PROTOCOL_SUFFIXES]
+        if any(seconds is not None for seconds in given):
+            simple = kwargs[key]
+            ll, ll128 = (simple if seconds is None else seconds for seconds in given)
+            kwargs[key] = PerProtocol(simple, ll, ll128)
+    launch = _read_launch(reader, data)
     try:
         topology = build(**kwargs)
     except ValueError as error:
         raise reader.error("", str(error)) from None
     return Topology(name, topology.nodes, topology.links, topology.ranks,
-                    topology.reduce_bandwidth, topology.local_size)
+                    topology.reduce_bandwidth, topology.local_size, launch)
 
 
 def _check_routes(reader: _Reader, topology: Topology) -> None:
@@ -402,12 +452,18 @@ def format_latency(seconds: float) -> str:
                   parse_seconds)
 
 
+def _most_common(values: Iterable[Any]) -> Any:
+    return Counter(values).most_common(1)[0][0]
+
+
 def dump_topology(topology: Topology) -> str:
     """The topology as a topology file in the explicit form.
 
-    The most common link bandwidth, latency and reduce bandwidth become ``defaults``; a
-    link followed by its exact reverse is written once, as a duplex entry, so link order
-    (which breaks routing ties) survives.
+    The most common link bandwidth, latency and reduce bandwidth become ``defaults``, and so
+    does the most common LL (LL128) latency when every link has one: the file cannot say that
+    a link has none where ``defaults`` gives one. A link followed by its exact reverse is
+    written once, as a duplex entry, so link order (which breaks routing ties) survives. A
+    topology without launch latencies or LL and LL128 latencies is written without their keys.
     """
     lines = ["# simcomm topology file: see docs/topologies.md",
              f"name = {_toml_string(topology.name)}"]
@@ -425,18 +481,30 @@ def dump_topology(topology: Topology) -> str:
         lines.append(f"ranks = {_toml_list(topology.ranks)}")
     if topology.local_size is not None:
         lines.append(f"local_size = {topology.local_size}")
+    launch = topology.launch_latency
+    if launch != NO_LAUNCH_LATENCY:
+        simple_key, ll_key, ll128_key = _LAUNCH_KEYS
+        lines.append(f"{simple_key} = {_toml_string(format_latency(launch.simple))}")
+        for key, seconds in ((ll_key, launch.ll), (ll128_key, launch.ll128)):
+            if seconds != launch.simple:
+                lines.append(f"{key} = {_toml_string(format_latency(seconds))}")
     links = topology.links
-    reduce_default = Counter(topology.reduce_bandwidth).most_common(1)[0][0]
+    reduce_default = _most_common(topology.reduce_bandwidth)
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}
-    bandwidth = latency = None
-    gap = 0.0
+    figures: dict[str, Any] = {}  # link field -> its default, as read back
     if links:
-        bandwidth = Counter(link.bandwidth for link in links).most_common(1)[0][0]
-        latency = Counter(link.latency for link in links).most_common(1)[0][0]
-        gap = Counter(link.gap for link in links).most_common(1)[0][0]
-        defaults = {"bandwidth": format_bandwidth(bandwidth),
-                    "latency": format_latency(latency),
-                    **({"gap": format_latency(gap)} if gap else {}), **defaults}
+        figures = {"bandwidth": _most_common(link.bandwidth for link in links),
+                   "latency": _most_common(link.latency for link in links)}
+        for _, field in _PROTOCOL_LATENCIES:
+            values = [getattr(link, field) for link in links]
+            figures[field] = None if None in values else _most_common(values)
+        figures["gap"] = _most_common(link.gap for link in links)
+        defaults = {"bandwidth": format_bandwidth(figures["bandwidth"]),
+                    "latency": format_latency(figures["latency"]),
+                    **{key: format_latency(figures[field]) for key, field in _PROTOCOL_LATENCIES
+                       if figures[field] is not None},
+                    **({"gap": format_latency(figures["gap"])} if figures["gap"] else {}),
+                    **defaults}
     lines.append("defaults = { " + ", ".join(f"{k} = {_toml_string(v)}"
                                              for k, v in defaults.items()) + " }")
     overrides = [f"{_toml_string(node)} = {_toml_string(format_bandwidth(bw))}"
@@ -444,19 +512,19 @@ def dump_topology(topology: Topology) -> str:
                  if bw != reduce_default]
     if overrides:
         lines.append("reduce_bandwidth = { " + ", ".join(overrides) + " }")
+    keys = (("bandwidth", "bandwidth", format_bandwidth), ("latency", "latency", format_latency),
+            *((key, field, format_latency) for key, field in _PROTOCOL_LATENCIES),
+            ("gap", "gap", format_latency))
     lines.append("link = [")
     i = 0
     while i < len(links):
         link = links[i]
         fields = [f"src = {_toml_string(link.src)}", f"dst = {_toml_string(link.dst)}"]
-        if link.bandwidth != bandwidth:
-            fields.append(f"bandwidth = {_toml_string(format_bandwidth(link.bandwidth))}")
-        if link.latency != latency:
-            fields.append(f"latency = {_toml_string(format_latency(link.latency))}")
-        if link.gap != gap:
-            fields.append(f"gap = {_toml_string(format_latency(link.gap))}")
-        reverse = Link(link.dst, link.src, link.bandwidth, link.latency, link.gap)
-        if i + 1 < len(links) and links[i + 1] == reverse:
+        for key, field, write in keys:
+            value = getattr(link, field)
+            if value != figures[field]:  # None only where the default is None too
+                fields.append(f"{key} = {_toml_string(write(value))}")
+        if i + 1 < len(links) and links[i + 1] == replace(link, src=link.dst, dst=link.src):
             i += 2
         else:
             fields.append("duplex = false")

@@ -91,6 +91,12 @@ class PerProtocol:
 
 NO_LAUNCH_LATENCY = PerProtocol(0.0, 0.0, 0.0)
 
+# Data bytes per byte on the wire under each protocol. LL sends 8-byte lines of 4 data bytes
+# and a 4-byte flag; LL128 128-byte lines of 120 data bytes and an 8-byte flag (NVIDIA/nccl,
+# src/device/prims_ll.h and prims_ll128.h; NCCL's own cost model uses 0.5 and 0.92,
+# src/graph/tuning.cc).
+WIRE_EFFICIENCY = {Protocol.SIMPLE: 1.0, Protocol.LL: 0.5, Protocol.LL128: 120 / 128}
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -203,8 +209,19 @@ class Topology:
         return replace(self, name=f"{self.name}+jitter", links=links, _routes={})
 
 
-def _duplex(a: str, b: str, bandwidth: float, latency: float) -> list[Link]:
-    return [Link(a, b, bandwidth, latency), Link(b, a, bandwidth, latency)]
+def _duplex(a: str, b: str, bandwidth: float, latency: float | PerProtocol,
+            share: float = 1.0) -> list[Link]:
+    """Both directions of a cable with ``share`` of ``latency`` (each protocol's, if given)."""
+    return [link_with(a, b, bandwidth, latency, share), link_with(b, a, bandwidth, latency, share)]
+
+
+def link_with(src: str, dst: str, bandwidth: float, latency: float | PerProtocol,
+              share: float = 1.0) -> Link:
+    """A link with ``share`` of ``latency``: seconds, or seconds per protocol."""
+    if isinstance(latency, PerProtocol):
+        return Link(src, dst, bandwidth, latency.simple * share,
+                    ll_latency=latency.ll * share, ll128_latency=latency.ll128 * share)
+    return Link(src, dst, bandwidth, latency * share)
 
 
 def _gpus(n: int, prefix: str = "gpu") -> list[str]:
@@ -219,8 +236,8 @@ def _reduce_bw(n: int, reduce_bandwidth: float) -> tuple[float, ...]:
     return (float(reduce_bandwidth),) * n
 
 
-def ring(ranks: int, bandwidth: float, latency: float, reduce_bandwidth: float = math.inf
-         ) -> Topology:
+def ring(ranks: int, bandwidth: float, latency: float | PerProtocol,
+         reduce_bandwidth: float = math.inf) -> Topology:
     """GPUs in a ring, a full-duplex cable between neighbours."""
     gpus = _gpus(ranks)
     links: list[Link] = []
@@ -232,31 +249,33 @@ def ring(ranks: int, bandwidth: float, latency: float, reduce_bandwidth: float =
                     _reduce_bw(ranks, reduce_bandwidth))
 
 
-def fully_connected(ranks: int, bandwidth: float, latency: float,
+def fully_connected(ranks: int, bandwidth: float, latency: float | PerProtocol,
                     reduce_bandwidth: float = math.inf) -> Topology:
     """A direct link each way between every pair of GPUs (an NVLink mesh)."""
     gpus = _gpus(ranks)
-    links = [Link(a, b, bandwidth, latency) for a in gpus for b in gpus if a != b]
+    links = [link_with(a, b, bandwidth, latency) for a in gpus for b in gpus if a != b]
     return Topology("fully_connected", tuple(gpus), tuple(links), tuple(gpus),
                     _reduce_bw(ranks, reduce_bandwidth))
 
 
-def switch(ranks: int, bandwidth: float, latency: float, reduce_bandwidth: float = math.inf
-           ) -> Topology:
+def switch(ranks: int, bandwidth: float, latency: float | PerProtocol,
+           reduce_bandwidth: float = math.inf) -> Topology:
     """Each GPU has an up and a down link to one switch (NVSwitch).
 
-    ``latency`` is GPU-to-GPU: half of it is put on each of the two links of a path.
+    ``latency`` is GPU-to-GPU: half of it is put on each of the two links of a path. Here
+    and in every builder a latency is seconds, or seconds per protocol (``PerProtocol``).
     """
     gpus = _gpus(ranks)
     links: list[Link] = []
     for g in gpus:
-        links += _duplex(g, "switch", bandwidth, latency / 2)
+        links += _duplex(g, "switch", bandwidth, latency, 0.5)
     return Topology("switch", tuple(gpus) + ("switch",), tuple(links), tuple(gpus),
                     _reduce_bw(ranks, reduce_bandwidth))
 
 
-def hierarchical(nodes: int, gpus_per_node: int, intra_bandwidth: float, intra_latency: float,
-                 inter_bandwidth: float, inter_latency: float, nic_per_gpu: bool = True,
+def hierarchical(nodes: int, gpus_per_node: int, intra_bandwidth: float,
+                 intra_latency: float | PerProtocol, inter_bandwidth: float,
+                 inter_latency: float | PerProtocol, nic_per_gpu: bool = True,
                  reduce_bandwidth: float = math.inf) -> Topology:
     """Nodes of GPUs on a node switch, joined by one network switch.
 
@@ -274,11 +293,11 @@ def hierarchical(nodes: int, gpus_per_node: int, intra_bandwidth: float, intra_l
         node_switch = f"node{n}.switch"
         names.append(node_switch)
         for g in gpus[n * gpus_per_node:(n + 1) * gpus_per_node]:
-            links += _duplex(g, node_switch, intra_bandwidth, intra_latency / 2)
+            links += _duplex(g, node_switch, intra_bandwidth, intra_latency, 0.5)
             if nic_per_gpu:
-                links += _duplex(g, "net", inter_bandwidth, inter_latency / 2)
+                links += _duplex(g, "net", inter_bandwidth, inter_latency, 0.5)
         if not nic_per_gpu:
-            links += _duplex(node_switch, "net", inter_bandwidth, inter_latency / 2)
+            links += _duplex(node_switch, "net", inter_bandwidth, inter_latency, 0.5)
     names.append("net")
     return Topology("hierarchical", tuple(names), tuple(links), tuple(gpus),
                     _reduce_bw(len(gpus), reduce_bandwidth), gpus_per_node)

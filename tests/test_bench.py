@@ -319,3 +319,13 @@ def test_json_rows() -> None:
     assert list(rows[0]) == CSV_HEADER.split(",")
     assert rows[0]["time_us"] == 70.01792 and rows[0]["wrong"] is None
     assert rows[2]["wrong"] == 0
+    ran = json.loads(format_json([BenchRow(8, 2, "int32", "max", 0, 1.5, 0, 0, 0, "ring/LL/8")]))
+    assert ran[0]["algo"] == "ring/LL/8"
+
+
+def test_rows_that_say_what_ran_show_it_in_a_last_column() -> None:
+    row = BenchRow(8, 2, "float", "sum", -1, 20.4, 0.0, 0.0, None, "tree/LL/8")
+    lines = format_table([row]).splitlines()
+    assert lines[1].endswith("#wrong  algo/proto/channels")
+    assert lines[3].endswith("N/A  tree/LL/8")
+    assert "algo" not in format_table(ROWS)

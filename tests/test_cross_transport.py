@@ -19,8 +19,9 @@ import torch.distributed as dist
 
 from algorithms import (
     AVG, MAX, PROD, SUM, Alloc, Recv, Send, Wait, all_gather, all_to_all, alltoall_allreduce,
-    broadcast, nccl_ring_all_gather, nccl_ring_allreduce, nccl_ring_reduce_scatter, reduce,
-    reduce_broadcast_allreduce, reduce_scatter, ring_allreduce, ring_channels, split_sizes,
+    broadcast, hierarchical_allreduce, nccl_ring_all_gather, nccl_ring_allreduce,
+    nccl_ring_reduce_scatter, nccl_tree_allreduce, reduce, reduce_broadcast_allreduce,
+    reduce_scatter, ring_allreduce, ring_channels, split_sizes, tree_channels,
 )
 from algorithms.ddp import assign_buckets, bucket_channel, ddp_step, gradient_order
 from algorithms.fsdp import fsdp_channels, fsdp_step, padded_size
@@ -97,6 +98,10 @@ def safe_cases(p: int) -> list[tuple[Callable[..., Any], dict[str, Any], list[np
             cases += [(ring_allreduce, {"op": op}, inputs(n)),
                       (nccl_ring_allreduce, {"op": op}, inputs(n)),
                       (nccl_ring_allreduce, {"op": op, "channels": 3}, inputs(n)),
+                      (nccl_tree_allreduce, {"op": op}, inputs(n)),
+                      (nccl_tree_allreduce, {"op": op, "channels": 3, "chunk_bytes": 40},
+                       inputs(n)),
+                      (hierarchical_allreduce, {"op": op}, inputs(n)),
                       (alltoall_allreduce, {"op": op}, inputs(n)),
                       (alltoall_allreduce, {"op": op, "chunked": True}, inputs(n)),
                       (reduce_broadcast_allreduce, {"op": op}, inputs(n)),
@@ -124,7 +129,7 @@ def unsafe_cases(p: int) -> list[tuple[Callable[..., Any], dict[str, Any], list[
 def _channels() -> list[str]:
     # Enough bucket channels for the smallest cap; FSDP's for every unit.
     return ([bucket_channel(b) for b in range(8)] + fsdp_channels(len(MODEL.layers))
-            + ring_channels(max(WORLD_SIZES)))
+            + ring_channels(max(WORLD_SIZES)) + tree_channels(max(WORLD_SIZES)))
 
 
 # -- the real side (runs in each process) -----------------------------------------------

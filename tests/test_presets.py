@@ -94,7 +94,8 @@ def test_fattree_uplinks_follow_the_oversubscription():
 
 @pytest.mark.parametrize("spec, message", [
     ("dgx-b200", "unknown preset 'dgx-b200'"),
-    ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: no parameters)"),
+    ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus)"),
+    ("dgx-h100:gpus=9", "gpus must be at most 8, got 9"),
     ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes)"),
     ("cluster-h100:nodes=two", "nodes must be an int, got 'two'"),
     ("cluster-h100:nodes=1.5", "nodes must be an int"),

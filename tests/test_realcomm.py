@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from algorithms import (
     AVG, SUM, Comm, Compute, Join, Recv, ReduceOp, Send, Spawn, Wait, chunk_bounds,
-    ring_allreduce, ring_channels, split_even,
+    ring_allreduce, ring_channels, split_even, tree_channels,
 )
 from algorithms.harness.catalog import COLLECTIVES, Collective
 from algorithms.reference import allreduce_reference, divide
@@ -40,7 +40,7 @@ from simcomm import ring, simulate
 POOL_SIZE = 4
 WORLD_SIZES = (2, 3, 4)
 CHANNELS = (1, 2)
-RING_CHANNELS = tuple(ring_channels(2))
+RING_CHANNELS = tuple(ring_channels(2)) + tuple(tree_channels(2))
 SLICE_BYTES = 1000  # for the pool's slicing drivers: messages of a few thousand elements
 DRIVER_TIMEOUT = 20.0  # seconds: a case that goes wrong fails instead of hanging the pool
 REPLY_TIMEOUT = 120.0  # seconds the test waits for the pool to answer
@@ -268,8 +268,14 @@ def variants(collective: Collective, p: int) -> Iterator[dict[str, Any]]:
             choices[name] = [None, [row[:p] for row in UNEVEN[:p]]]
         elif isinstance(parameter.default, bool):
             choices[name] = [False, True]
-        elif name == "channels":  # rings at once, on the pool's RING_CHANNELS
-            choices[name] = [1, len(RING_CHANNELS)]
+        elif name == "channels":  # rings or trees at once, on the pool's RING_CHANNELS
+            choices[name] = [1, 2]
+        elif name == "protocol":  # the data are the same under every protocol: one will do
+            choices[name] = ["ll128"]
+        elif name == "chunk_bytes":  # small chunks: several per part, a pipeline
+            choices[name] = [16]
+        elif name == "algorithm":  # no tuner on realcomm: each one forced
+            choices[name] = ["ring", "tree", "hierarchical"]
         else:
             raise AssertionError(f"{collective.name}: no variants for parameter {name!r}")
     for values in itertools.product(*choices.values()):

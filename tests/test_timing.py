@@ -19,8 +19,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from algorithms import (
-    Compute, Recv, Send, Wait, all_gather, all_to_all, alltoall_allreduce, broadcast, reduce,
-    reduce_broadcast_allreduce, reduce_scatter, ring_allreduce,
+    Compute, Recv, Send, Wait, all_gather, all_to_all, alltoall_allreduce, broadcast,
+    hierarchical_allreduce, nccl_tree_allreduce, reduce, reduce_broadcast_allreduce,
+    reduce_scatter, ring_allreduce,
 )
 from simcomm import (
     Link, SimResult, SizeOnly, Topology, fully_connected, hierarchical, make_topology, ring,
@@ -210,7 +211,8 @@ def test_ring_allreduce_on_hierarchical_is_paced_by_its_slowest_hop(
 ALLREDUCES = [
     (ring_allreduce, {}), (reduce_broadcast_allreduce, {}),
     (reduce_broadcast_allreduce, {"tree": True}), (alltoall_allreduce, {}),
-    (alltoall_allreduce, {"chunked": True}),
+    (alltoall_allreduce, {"chunked": True}), (nccl_tree_allreduce, {}),
+    (nccl_tree_allreduce, {"chunk_bytes": 4096}), (hierarchical_allreduce, {}),
 ]
 
 
@@ -233,7 +235,8 @@ def any_topology(draw: st.DrawFn) -> Topology:
 
 @pytest.mark.parametrize("algorithm, params", ALLREDUCES,
                          ids=["ring", "reduce_broadcast", "reduce_broadcast_tree",
-                              "alltoall", "alltoall_chunked"])
+                              "alltoall", "alltoall_chunked", "nccl_tree", "nccl_tree_chunked",
+                              "hierarchical"])
 @given(topology=any_topology(), count=st.integers(0, 100_000), dtype=dtypes)
 def test_no_allreduce_beats_the_bandwidth_lower_bound(algorithm, params, topology, count,
                                                       dtype) -> None:

@@ -91,6 +91,24 @@ def test_topo_show_file_and_its_toml(capsys: pytest.CaptureFixture[str],
     assert status == 0 and parse_topology(out) == make_preset("dgx-h100")
 
 
+def test_topo_show_gives_protocol_latencies_where_there_are_some(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "ll-box.toml"
+    path.write_text(SWITCH_FILE + 'latency_ll = "1us"\nlaunch_latency = "8us"\n'
+                    'launch_latency_ll128 = "12us"\n', encoding="utf-8")
+    status, out, _ = run(capsys, "topo", "show", str(path))
+    assert status == 0
+    # half of each latency on each of a path's two links; LL128 not given: Simple's
+    assert "gpuN <-> switch      8 links      100 GB/s     2.5 us  LL 0.5 us  LL128 2.5 us\n" in out
+    assert "launch latency per collective: Simple 8 us, LL 8 us, LL128 12 us\n" in out
+    status, out, _ = run(capsys, "topo", "show", "dgx-h100")
+    assert "1.7 us  LL 0.3 us  LL128 0.95 us\n" in out
+    assert "launch latency per collective: Simple 8.4 us, LL 6.6 us, LL128 14 us\n" in out
+    path.write_text(SWITCH_FILE, encoding="utf-8")
+    status, out, _ = run(capsys, "topo", "show", str(path))
+    assert status == 0 and " LL" not in out and "launch latency" not in out
+
+
 def test_bench_on_a_preset_times_the_preset(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "bench", "--algorithm", "ring_allreduce", "--topology",
                          "dgx-a100", "--sizes", "1MiB,64MiB", "--format", "csv")
@@ -141,7 +159,7 @@ BAD = [
     (["topo", "show", "torus"], "unknown topology 'torus'"),
     (["topo", "show", "switch"], "switch is a builder"),
     (["topo", "show", "missing.toml"], "cannot read topology file 'missing.toml'"),
-    (["topo", "show", "dgx-a100:gpus=4"], "preset 'dgx-a100' has no parameter 'gpus'"),
+    (["topo", "show", "dgx-a100:nodes=4"], "preset 'dgx-a100' has no parameter 'nodes'"),
     (["topo"], "required: ACTION"),
     (["bench", "--algorithm", "ring_allreduce", "--topology", "dgx-a100", "--ranks", "4"],
      "--ranks 4 does not match dgx-a100, which has 8 ranks"),

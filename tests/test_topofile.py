@@ -4,13 +4,16 @@ dump -> load unchanged, and each kind of mistake is reported with the file and t
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from algorithms.ops import Protocol
 from simcomm import Link, SizeOnly, Topology, parse_bandwidth, parse_seconds, simulate, switch
-from simcomm.presets import list_presets, make_preset
+from simcomm.presets import NCCL_LAUNCH_LATENCY, list_presets, make_preset
+from simcomm.topology import NO_LAUNCH_LATENCY, PerProtocol, hierarchical
 from simcomm.topofile import (
     TopologyFileError, dump_topology, format_bandwidth, format_latency, load_topology,
     parse_topology,
@@ -71,6 +74,76 @@ def test_a_gap_reads_from_defaults_or_the_link():
     assert parse_topology(dump_topology(topology)) == topology
 
 
+def test_a_file_without_protocol_figures_has_none_and_writes_none():
+    topology = parse_topology(LAB_PAIR)
+    assert all(link.ll_latency is None and link.ll128_latency is None
+               for link in topology.links)
+    assert topology.launch_latency == NO_LAUNCH_LATENCY
+    assert topology.links[0].latency_of(Protocol.LL) == 2.85e-6
+    dumped = dump_topology(topology)
+    assert "latency_ll" not in dumped and "launch_latency" not in dumped
+
+
+PROTOCOL_FILE = """\
+gpus = ["gpu0", "gpu1"]
+switches = ["sw"]
+launch_latency = "8us"
+launch_latency_ll128 = "12us"
+
+[defaults]
+bandwidth = "10GB/s"
+latency = "2us"
+latency_ll = "0.5us"
+
+[[link]]
+src = "gpu0"
+dst = "sw"
+latency_ll128 = "1us"
+
+[[link]]
+src = "gpu1"
+dst = "sw"
+latency = "3us"
+latency_ll = "0.25us"
+"""
+
+
+def test_protocol_latencies_read_from_defaults_and_links():
+    topology = parse_topology(PROTOCOL_FILE)
+    assert topology.links == (
+        Link("gpu0", "sw", 10e9, 2e-6, ll_latency=0.5e-6, ll128_latency=1e-6),
+        Link("sw", "gpu0", 10e9, 2e-6, ll_latency=0.5e-6, ll128_latency=1e-6),
+        Link("gpu1", "sw", 10e9, 3e-6, ll_latency=0.25e-6),
+        Link("sw", "gpu1", 10e9, 3e-6, ll_latency=0.25e-6))
+    assert topology.links[2].latency_of(Protocol.LL128) == 3e-6  # none given: Simple's
+    # launch_latency_ll is not given: it takes launch_latency, not 0
+    assert topology.launch_latency == PerProtocol(8e-6, 8e-6, 12e-6)
+    assert parse_topology(dump_topology(topology)) == topology
+
+
+def test_launch_latency_alone_applies_to_every_protocol_and_round_trips():
+    text = GOOD_HEAD + 'launch_latency = "5us"\n' + GOOD_LINK
+    topology = parse_topology(text)
+    assert topology.launch_latency == PerProtocol(5e-6, 5e-6, 5e-6)
+    dumped = dump_topology(topology)
+    assert 'launch_latency = "5us"' in dumped and "launch_latency_ll" not in dumped
+    assert parse_topology(dumped) == topology
+    only_ll = replace(topology, launch_latency=PerProtocol(0.0, 3e-6, 0.0))
+    assert parse_topology(dump_topology(only_ll)) == only_ll
+
+
+def test_a_default_protocol_latency_is_written_only_when_every_link_has_one():
+    mixed = Topology("mixed", ("a", "b", "c"), (
+        Link("a", "b", 1e9, 1e-6, ll_latency=0.5e-6), Link("b", "a", 1e9, 1e-6, ll_latency=0.5e-6),
+        Link("b", "c", 1e9, 1e-6, ll_latency=0.5e-6), Link("c", "b", 1e9, 1e-6)),
+        ("a", "c"), (math.inf, math.inf))
+    dumped = dump_topology(mixed)
+    assert "defaults = { bandwidth = \"1GB/s\", latency = \"1us\", reduce" in dumped
+    assert dumped.count('latency_ll = "0.5us"') == 2  # two duplex entries; b -> c one way
+    assert "latency_ll128" not in dumped
+    assert parse_topology(dumped) == mixed
+
+
 def test_hand_written_file_round_trips():
     topology = parse_topology(LAB_PAIR)
     assert parse_topology(dump_topology(topology)) == topology
@@ -81,7 +154,23 @@ def test_hand_written_file_round_trips():
     "pcie-a100:gpus=1"])
 def test_every_preset_round_trips(spec):
     topology = make_preset(spec)
-    assert parse_topology(dump_topology(topology)) == topology
+    again = parse_topology(dump_topology(topology))
+    assert again == topology
+    # equality compares every figure; check that the protocol ones are there to compare
+    assert again.launch_latency == NCCL_LAUNCH_LATENCY
+    assert [(link.ll_latency, link.ll128_latency) for link in again.links] == [
+        (link.ll_latency, link.ll128_latency) for link in topology.links]
+    assert any(link.ll_latency is not None for link in again.links)
+
+
+def test_fattree_spine_links_keep_no_protocol_latencies_through_a_file():
+    topology = make_preset("fattree-h100")
+    again = parse_topology(dump_topology(topology))
+    spine = [link for link in again.links if "spine" in (link.src, link.dst)]
+    assert spine and all(link.ll_latency is None and link.ll128_latency is None
+                         for link in spine)
+    nic = next(link for link in again.links if link.dst == "leaf0")
+    assert nic.latency_of(Protocol.LL) == 1.35e-6 and nic.latency_of(Protocol.LL128) == 2e-6
 
 
 def test_ranks_and_nodes_forms():
@@ -134,6 +223,54 @@ reduce_bandwidth = "3350GB/s"
     assert topology == Topology("my-box", built.nodes, built.links, built.ranks,
                                 built.reduce_bandwidth)
     assert parse_topology(dump_topology(topology)) == topology
+
+
+def test_builder_form_with_protocol_latencies_equals_the_builder():
+    text = """
+kind = "switch"
+ranks = 4
+bandwidth = "100GB/s"
+latency = "4us"
+latency_ll = "1us"
+latency_ll128 = "2us"
+launch_latency = "8us"
+launch_latency_ll = "6us"
+"""
+    topology = parse_topology(text, default_name="box")
+    built = switch(4, 100e9, PerProtocol(4e-6, 1e-6, 2e-6))
+    assert topology == Topology("box", built.nodes, built.links, built.ranks,
+                                built.reduce_bandwidth, launch_latency=PerProtocol(8e-6, 6e-6,
+                                                                                   8e-6))
+    assert topology.links[0].ll_latency == 0.5e-6  # half on each link, as the latency
+    assert parse_topology(dump_topology(topology)) == topology
+
+
+def test_hierarchical_builder_takes_protocol_latencies_per_tier():
+    text = """
+kind = "hierarchical"
+nodes = 2
+gpus_per_node = 2
+intra_bandwidth = "240GB/s"
+intra_latency = "3.4us"
+intra_latency_ll = "0.6us"
+inter_bandwidth = "200Gbps"
+inter_latency = "14us"
+inter_latency_ll128 = "4us"
+"""
+    topology = parse_topology(text, default_name="hierarchical")
+    # the figure not given takes the Simple one
+    built = hierarchical(2, 2, 240e9, PerProtocol(3.4e-6, 0.6e-6, 3.4e-6), 25e9,
+                         PerProtocol(14e-6, 14e-6, 4e-6))
+    assert topology == built
+    assert topology.launch_latency == NO_LAUNCH_LATENCY
+
+
+def test_builder_form_without_protocol_keys_has_no_protocol_latencies():
+    topology = parse_topology('kind = "ring"\nranks = 3\nbandwidth = "1GB/s"\n'
+                              'latency = "1us"\n')
+    assert all(link.ll_latency is None and link.ll128_latency is None
+               for link in topology.links)
+    assert topology.launch_latency == NO_LAUNCH_LATENCY
 
 
 def test_hierarchical_builder_with_defaults():
@@ -224,6 +361,31 @@ GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\n
     ('kind = "ring"\nranks = true\nbandwidth = "1GB/s"\nlatency = "1us"\n', "ranks",
      "must be an integer >= 1"),
     ("gpus = [\n", "", "not valid TOML"),
+    (GOOD_HEAD + GOOD_LINK + 'latency_ll = "-1us"\n', "link[0].latency_ll",
+     "cannot read '-1us' as a time"),
+    (GOOD_HEAD + GOOD_LINK + 'latency_ll128 = "0.5"\n', "link[0].latency_ll128",
+     "must be a string with a unit"),
+    (GOOD_HEAD + GOOD_LINK + "latency_ll128 = 5e-7\n", "link[0].latency_ll128",
+     "must be a string with a unit"),
+    (GOOD_HEAD + '[defaults]\nlatency_ll = "1e400us"\n' + GOOD_LINK, "defaults.latency_ll",
+     "must be finite and >= 0"),
+    (GOOD_HEAD + '[defaults]\nlatency_l = "1us"\n' + GOOD_LINK, "defaults.latency_l",
+     "unknown key"),
+    ('launch_latency = "-2us"\n' + GOOD_HEAD + GOOD_LINK, "launch_latency",
+     "cannot read '-2us' as a time"),
+    ('launch_latency_ll = "6.6"\n' + GOOD_HEAD + GOOD_LINK, "launch_latency_ll",
+     "must be a string with a unit"),
+    ('launch_latency_ll128 = "1e999s"\n' + GOOD_HEAD + GOOD_LINK, "launch_latency_ll128",
+     "must be finite and >= 0"),
+    ('kind = "ring"\nranks = 4\nbandwidth = "1GB/s"\nlatency = "1us"\nlatency_ll = "1"\n',
+     "latency_ll", "must be a string with a unit"),
+    ('kind = "hierarchical"\nnodes = 1\ngpus_per_node = 2\nintra_bandwidth = "1GB/s"\n'
+     'intra_latency = "1us"\ninter_bandwidth = "1GB/s"\ninter_latency = "1us"\n'
+     'inter_latency_ll128 = "infus"\n', "inter_latency_ll128", "cannot read 'infus'"),
+    ('kind = "ring"\nranks = 4\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+     'intra_latency_ll = "1us"\n', "intra_latency_ll", "unknown key"),
+    ('kind = "switch"\nranks = 4\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+     'launch_latency = "nan us"\n', "launch_latency", "cannot read 'nan us'"),
 ])
 def test_bad_files_name_the_file_and_the_key(tmp_path, text, key, problem):
     path = tmp_path / "bad.toml"
@@ -251,6 +413,7 @@ def test_formatted_figures_read_back_exactly():
 NAMES = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=6)
 BANDWIDTHS = st.floats(min_value=0.0, exclude_min=True, allow_nan=False)
 LATENCIES = st.floats(min_value=0.0, max_value=1e3, allow_nan=False)
+PROTOCOL_LATENCIES = st.none() | LATENCIES
 
 
 @st.composite
@@ -263,13 +426,19 @@ def topologies(draw: st.DrawFn) -> Topology:
     links = []
     for a, b in zip(order, order[1:]):
         links += [Link(a, b, draw(BANDWIDTHS), draw(LATENCIES)),
-                  Link(b, a, draw(BANDWIDTHS), draw(LATENCIES))]
+                  Link(b, a, draw(BANDWIDTHS), draw(LATENCIES), 0.0, draw(PROTOCOL_LATENCIES),
+                       draw(PROTOCOL_LATENCIES))]
     extra = draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names),
-                                    BANDWIDTHS, LATENCIES, LATENCIES), max_size=6))
-    links += [Link(a, b, bw, lat, gap) for a, b, bw, lat, gap in extra if a != b]
+                                    BANDWIDTHS, LATENCIES, LATENCIES, PROTOCOL_LATENCIES,
+                                    PROTOCOL_LATENCIES), max_size=6))
+    links += [Link(a, b, bw, lat, gap, ll, ll128)
+              for a, b, bw, lat, gap, ll, ll128 in extra if a != b]
     links = draw(st.permutations(links))
     reduce = draw(st.lists(BANDWIDTHS, min_size=len(ranks), max_size=len(ranks)))
-    return Topology(draw(NAMES), tuple(names), tuple(links), tuple(ranks), tuple(reduce))
+    launch = draw(st.just(NO_LAUNCH_LATENCY) | st.builds(PerProtocol, LATENCIES, LATENCIES,
+                                                           LATENCIES))
+    return Topology(draw(NAMES), tuple(names), tuple(links), tuple(ranks), tuple(reduce),
+                    launch_latency=launch)
 
 
 @given(topologies())

@@ -296,6 +296,8 @@ class BenchRow:
     algbw_GBps: float
     busbw_GBps: float
     wrong: int | None
+    # What ran, where the transport says (``Launch.describe``: ``ring/LL/8``); "" if not.
+    algo: str = ""
 
 
 def type_name(dtype: Any) -> str:
@@ -308,9 +310,10 @@ def type_name(dtype: Any) -> str:
 
 
 def bench_row(collective: Collective, world_size: int, size: int, dtype: Any,
-              op: ReduceOp | None, root: int | None, seconds: float, wrong: int | None
-              ) -> BenchRow:
-    """The row for a run of ``size`` requested bytes that took ``seconds``."""
+              op: ReduceOp | None, root: int | None, seconds: float, wrong: int | None,
+              algo: str = "") -> BenchRow:
+    """The row for a run of ``size`` requested bytes that took ``seconds`` (running
+    ``algo``, if the transport says)."""
     if not (math.isfinite(seconds) and seconds >= 0):
         raise ValueError(f"time must be finite and >= 0 seconds, got {seconds!r}")
     itemsize = np.dtype(dtype).itemsize
@@ -320,7 +323,7 @@ def bench_row(collective: Collective, world_size: int, size: int, dtype: Any,
     algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
     return BenchRow(nbytes, count, type_name(dtype), "none" if op is None else op.value,
                     -1 if root is None else root, seconds * 1e6, algbw,
-                    algbw * collective.bus_factor(world_size), wrong)
+                    algbw * collective.bus_factor(world_size), wrong, algo)
 
 
 # -- data check -------------------------------------------------------------------------
@@ -396,18 +399,21 @@ def _time_text(time_us: float) -> str:
 
 
 def format_table(rows: Sequence[BenchRow], header_lines: Sequence[str] = ()) -> str:
-    """Rows as nccl-tests prints them, ``header_lines`` first as ``#`` comments."""
+    """Rows as nccl-tests prints them, ``header_lines`` first as ``#`` comments; rows that
+    say what ran get it in a last column (algorithm/protocol/channels)."""
     lines = [f"# {line}" for line in header_lines]
     lines.append("#")
+    algo = any(row.algo for row in rows)
     lines.append(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
-                 f"{'time':>7}  {'algbw':>6}  {'busbw':>6} {'#wrong':>6}")
+                 f"{'time':>7}  {'algbw':>6}  {'busbw':>6} {'#wrong':>6}"
+                 + ("  algo/proto/channels" if algo else ""))
     lines.append(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  "
                  f"{'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}".rstrip())
     for row in rows:
         wrong = "N/A" if row.wrong is None else f"{row.wrong:5g}"
         lines.append(f"{row.size:12d}  {row.count:12d}  {row.type:>8}  {row.redop:>6}  "
                      f"{row.root:6d}  {_time_text(row.time_us)}  {row.algbw_GBps:6.2f}  "
-                     f"{row.busbw_GBps:6.2f}  {wrong:>5}")
+                     f"{row.busbw_GBps:6.2f}  {wrong:>5}" + (f"  {row.algo}" if algo else ""))
     failed = sum(1 for row in rows if row.wrong)
     average = sum(row.busbw_GBps for row in rows) / len(rows) if rows else 0.0
     lines.append(f"# Out of bounds values : {failed} {'FAILED' if failed else 'OK'}")
@@ -428,8 +434,10 @@ def format_csv(rows: Sequence[BenchRow]) -> str:
 
 
 def format_json(rows: Sequence[BenchRow]) -> str:
-    """Rows as a JSON list of objects keyed by the CSV columns; unchecked wrong is null."""
-    return json.dumps([asdict(row) for row in rows], indent=2) + "\n"
+    """Rows as a JSON list of objects keyed by the CSV columns, and ``algo`` where the
+    transport says what ran; unchecked wrong is null."""
+    return json.dumps([{k: v for k, v in asdict(row).items() if k != "algo" or v}
+                       for row in rows], indent=2) + "\n"
 
 
 def format_rows(rows: Sequence[BenchRow], fmt: str, header_lines: Sequence[str] = ()) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from algorithms import collectives, nccl, reference
+from algorithms import collectives, nccl, nccl_tree, reference, tuned
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,13 @@ COLLECTIVES: MappingProxyType[str, Collective] = MappingProxyType({
         _allreduce("reduce_broadcast_allreduce", collectives.reduce_broadcast_allreduce),
         _allreduce("alltoall_allreduce", collectives.alltoall_allreduce),
         _allreduce("nccl_ring_allreduce", nccl.nccl_ring_allreduce),
+        _allreduce("nccl_tree_allreduce", nccl_tree.nccl_tree_allreduce),
+        _allreduce("hierarchical_allreduce", nccl.hierarchical_allreduce),
+        _allreduce("nccl_allreduce", tuned.nccl_allreduce),
+        Collective("nccl_reduce_scatter", tuned.nccl_reduce_scatter, "reducescatter", True,
+                   False, reference.reduce_scatter_reference),
+        Collective("nccl_all_gather", tuned.nccl_all_gather, "allgather", False, False,
+                   reference.all_gather_reference),
         Collective("reduce_scatter", collectives.reduce_scatter, "reducescatter", True, False,
                    reference.reduce_scatter_reference),
         Collective("all_gather", collectives.all_gather, "allgather", False, False,

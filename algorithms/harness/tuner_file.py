@@ -1,0 +1,147 @@
+"""Tuner files: which algorithm, protocol and channels to run per size range, in the CSV
+format of NCCL's example tuner plugin (NVIDIA/nccl, plugins/tuner/example/README.md)::
+
+    collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks
+
+``simcomm tune`` writes one from the simulator's choices, so that real NCCL can be run with
+them (``NCCL_TUNER_PLUGIN`` with ``NCCL_TUNER_CONFIG_FILE``), and ``TableTuner`` reads one
+back as a ``Comm.tuner`` for either transport. Sizes are what NCCL passes its tuner and
+nccl-tests prints as ``size``: the bytes of one rank's buffer (all-gather: of the whole
+output). ``-1`` matches any channel count, node count or rank count. Lines starting with
+``#`` and blank lines are comments; NCCL's optional ninth and tenth fields (numPipeOps,
+regBuff) are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from algorithms.ops import Choice, Protocol
+
+COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
+           "nNodes", "nRanks")
+COLLECTIVES = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce")
+# NCCL's algorithm names that this project runs (``algorithms.nccl.nccl_allreduce``).
+ALGORITHMS = ("ring", "tree")
+MAX_BYTES = 2**64 - 1  # size_t's largest: the last range of a file covers every larger size
+
+
+class TunerFileError(ValueError):
+    """A tuner file that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class TunerRow:
+    """One line of a tuner file: ``choice`` for ``collective`` calls of ``min_bytes`` to
+    ``max_bytes`` (inclusive) on ``nodes`` nodes of ``ranks`` ranks (-1: any)."""
+
+    collective: str
+    min_bytes: int
+    max_bytes: int
+    choice: Choice
+    nodes: int = -1
+    ranks: int = -1
+
+    def matches(self, collective: str, nbytes: int, nodes: int, ranks: int) -> bool:
+        """Whether this row decides such a call."""
+        return (collective == self.collective and self.min_bytes <= nbytes <= self.max_bytes
+                and self.nodes in (-1, nodes) and self.ranks in (-1, ranks))
+
+    def csv(self) -> str:
+        """The row as a line of the file (channels -1 when the choice keeps the default)."""
+        c = self.choice
+        return ",".join(str(v) for v in (
+            self.collective, self.min_bytes, self.max_bytes, c.algorithm, c.protocol.value,
+            c.channels or -1, self.nodes, self.ranks))
+
+
+def rows_for(collective: str, choices: Sequence[tuple[int, Choice]], nodes: int,
+             ranks: int) -> list[TunerRow]:
+    """Rows covering every size from 0 up: ``choices`` are (size, choice) by rising size;
+    each size's choice covers the sizes above the previous one, the last covers all larger
+    ones, and neighbours with the same choice merge into one row."""
+    rows: list[TunerRow] = []
+    low = 0
+    for i, (size, choice) in enumerate(choices):
+        high = MAX_BYTES if i == len(choices) - 1 else size
+        if rows and rows[-1].choice == choice:
+            rows[-1] = TunerRow(collective, rows[-1].min_bytes, high, choice, nodes, ranks)
+        else:
+            rows.append(TunerRow(collective, low, high, choice, nodes, ranks))
+        low = high + 1
+    return rows
+
+
+def format_tuner_file(rows: Iterable[TunerRow], comments: Sequence[str] = ()) -> str:
+    """The file's text: ``comments`` as ``#`` lines, the columns, then the rows."""
+    lines = [f"# {line}" for line in comments] + ["# " + ",".join(COLUMNS)]
+    return "\n".join(lines + [row.csv() for row in rows]) + "\n"
+
+
+def read_tuner_file(path: str | os.PathLike[str]) -> list[TunerRow]:
+    """The rows of a tuner file, checked; errors name the file, the line and the field."""
+    rows = []
+    text = Path(path).read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            rows.append(_parse_row(line))
+        except ValueError as error:
+            raise TunerFileError(f"{path}, line {number}: {error}") from None
+    return rows
+
+
+def _parse_row(line: str) -> TunerRow:
+    fields = [f.strip() for f in line.split(",")]
+    if not 8 <= len(fields) <= 10:
+        raise ValueError(f"expected 8 to 10 comma-separated fields ({','.join(COLUMNS)}), "
+                         f"got {len(fields)}")
+    collective, low, high, algorithm, protocol, channels, nodes, ranks = fields[:8]
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective_type {collective!r}; known: "
+                         f"{', '.join(COLLECTIVES)}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm {algorithm!r} is not one this project runs "
+                         f"({', '.join(ALGORITHMS)})")
+    try:
+        chosen = Protocol(protocol)
+    except ValueError:
+        raise ValueError(f"unknown protocol {protocol!r}; known: "
+                         f"{', '.join(p.value for p in Protocol)}") from None
+    numbers = {}
+    for name, text in (("min_bytes", low), ("max_bytes", high), ("channels", channels),
+                       ("nNodes", nodes), ("nRanks", ranks)):
+        try:
+            numbers[name] = int(text)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {text!r}") from None
+        least = 0 if name.endswith("bytes") else -1
+        if numbers[name] < least or numbers[name] == 0 and not name.endswith("bytes"):
+            raise ValueError(f"{name} must be {'>= 0' if least == 0 else '-1 or >= 1'}, "
+                             f"got {text}")
+    if numbers["min_bytes"] > numbers["max_bytes"]:
+        raise ValueError(f"min_bytes {low} is above max_bytes {high}")
+    choice = Choice(algorithm, chosen, max(numbers["channels"], 0))
+    return TunerRow(collective, numbers["min_bytes"], numbers["max_bytes"], choice,
+                    numbers["nNodes"], numbers["nRanks"])
+
+
+class TableTuner:
+    """A ``Comm.tuner`` from tuner-file rows for a group of ``ranks`` ranks on ``nodes``
+    nodes: the first row that matches a call decides it; a call no row matches runs
+    ``default``."""
+
+    def __init__(self, rows: Sequence[TunerRow], nodes: int, ranks: int,
+                 default: Choice = Choice("ring", Protocol.SIMPLE, 0)) -> None:
+        self.rows, self.nodes, self.ranks, self.default = tuple(rows), nodes, ranks, default
+
+    def __call__(self, collective: str, nbytes: int) -> Choice:
+        for row in self.rows:
+            if row.matches(collective, nbytes, self.nodes, self.ranks):
+                return row.choice
+        return self.default

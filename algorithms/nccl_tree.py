@@ -1,0 +1,196 @@
+"""NCCL's tree all-reduce: reduce up a tree to a root, broadcast the result back down.
+
+NCCL builds its trees in two levels (NVIDIA/nccl, src/graph/trees.cc and connect.cc):
+
+* Across nodes, a double binary tree over the node indices (``double_binary_tree``): two
+  binary trees, every node (node 0 of an odd count excepted) a leaf in one and so interior
+  in at most one, so that the nodes send and receive about as much as each other once the
+  data are split between the two.
+* Within a node, a chain through the node's GPUs. Its first GPU, the head, is the one that
+  talks to the parent's and the children's heads; the head differs per channel so that
+  channels leave a node through different GPUs, and so through different NICs.
+
+The buffer is cut into one part per channel, half of the channels on each tree. Each part
+is pipelined in chunks: a rank reduces chunk k (its own data and its children's) and passes
+it up while the chunks before it come back down, as NCCL's kernel runs its reduce and its
+broadcast at once (``runTreeSplit`` in src/device/all_reduce.h). The root holds every
+chunk fully reduced first, so every rank ends with the root's bits.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from algorithms.buffers import split_even
+from algorithms.collectives import Schedule
+from algorithms.nccl import _channel_count, as_protocol
+from algorithms.ops import (
+    AVG, SUM, Comm, Divide, Join, Launch, Protocol, Recv, ReduceOp, Send, Spawn, Wait,
+)
+
+# NCCL's tree chunk under Simple: its buffer of DEFAULT_BUFFSIZE (4 MiB, src/init.cc) holds
+# NCCL_STEPS (8, src/include/device.h) steps, and a tree moves one step per chunk
+# (calcCollChunking in src/enqueue.cc: chunkSteps is 1 for all but rings). Under LL NCCL's
+# chunks are 32 KiB; pass chunk_bytes to model them.
+TREE_CHUNK_BYTES = (4 << 20) // 8
+
+# A node of a binary tree: its parent and its two children; -1 where there is none.
+TreeNode = tuple[int, tuple[int, int]]
+
+
+def tree_channels(channels: int) -> list[str]:
+    """The channel names the trees are spawned on (a transport that maps channels to
+    process groups declares them up front)."""
+    return [f"tree {c}" for c in range(channels)]
+
+
+def binary_tree(nodes: int, index: int) -> TreeNode:
+    """Node ``index`` of NCCL's binary tree over ``nodes`` nodes, rooted at 0: its parent
+    and children, -1 for none (``ncclGetBtree``, NVIDIA/nccl src/graph/trees.cc).
+
+    A node's lowest set bit says its level (odd indices are leaves); its parent clears
+    that bit and sets the next one up, or only clears it where the next would pass the
+    last node. For 14 nodes::
+
+        0---------------8
+                 ______/ \\______
+                4               12
+              /   \\            /  \\
+            2       6       10     \\
+           / \\     / \\     /  \\     \\
+          1   3   5   7   9   11    13
+    """
+    bit = 1
+    while bit < nodes and not bit & index:
+        bit <<= 1
+    if index == 0:  # the root's one child comes second, as in NCCL
+        return -1, (-1, bit >> 1 if nodes > 1 else -1)
+    parent = (index ^ bit) | (bit << 1)
+    if parent >= nodes:
+        parent = index ^ bit
+    low = bit >> 1
+    first = index - low if low else -1
+    second = index + low if low else -1
+    while second >= nodes:  # the largest of index + low/2, + low/4, ... that exists
+        low >>= 1
+        second = index + low if low else -1
+    return parent, (first, second)
+
+
+def double_binary_tree(nodes: int, index: int) -> tuple[TreeNode, TreeNode]:
+    """Node ``index`` in NCCL's two trees over ``nodes`` nodes (``ncclGetDtree``, NVIDIA/nccl
+    src/graph/trees.cc): tree 0 is ``binary_tree``; tree 1 is its mirror (node i in the
+    place of nodes - 1 - i) for an even count, or it shifted by one (node i in the place of
+    i - 1) for an odd count.
+
+    Tree 0's leaves are the odd nodes; tree 1's the even ones, so each node is a leaf in one
+    tree and free to spend its links on the other. Node 0 of an odd count (3 or more) is
+    the exception: the root of tree 0, interior in tree 1."""
+    if nodes % 2:
+        moved, back = (index - 1) % nodes, (lambda i: (i + 1) % nodes)
+    else:
+        moved, back = nodes - 1 - index, (lambda i: nodes - 1 - i)
+    parent, (first, second) = binary_tree(nodes, moved)
+
+    def place(i: int) -> int:
+        return back(i) if i != -1 else -1
+
+    return binary_tree(nodes, index), (place(parent), (place(first), place(second)))
+
+
+def nccl_tree_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 0,
+                        protocol: Protocol | str = "simple",
+                        chunk_bytes: int = TREE_CHUNK_BYTES) -> Schedule:
+    """Tree all-reduce as NCCL runs it (see the module doc): ``channels`` trees at once (0:
+    one per rank of a node), the first half of them on tree 0 of the double binary tree,
+    the rest on tree 1; channel c enters and leaves each node through local rank c (mod
+    ranks per node). Each moves its part of ``x`` in chunks of about ``chunk_bytes``."""
+    count, wire = _channel_count(comm, channels), as_protocol(protocol)
+    if type(chunk_bytes) is not int or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be an int >= 1, got {chunk_bytes!r}")
+    yield Launch(wire, "tree", count)
+
+    def on_channel(channel: int, part: Any) -> Schedule:
+        parent, children, depth = tree_position(comm, channel, 2 * channel // count)
+        chunks = split_even(part, max(1, math.ceil(part.nbytes / chunk_bytes)))
+        # A chunk sent up comes back after a round trip to the root, 2 x depth hops: so
+        # many more chunks go up before this rank waits for its first result.
+        return _reduce_and_broadcast(comm, chunks, parent, children, 2 * depth, op, wire)
+
+    parts = split_even(x, count)
+    if count == 1:  # one channel needs no task of its own
+        yield from on_channel(0, parts[0])
+        return x
+    tasks = []
+    for channel, name in enumerate(tree_channels(count)):
+        tasks.append((yield Spawn(on_channel(channel, parts[channel]), name)))
+    for task in tasks:
+        yield Join(task)
+    return x
+
+
+def tree_position(comm: Comm, channel: int, tree: int) -> tuple[int, list[int], int]:
+    """This rank's parent (-1 at the root), children and depth (hops from the root) in
+    ``channel``'s tree, which runs on ``tree`` (0 or 1) of the double binary tree: a chain
+    through each node from local rank ``channel`` (mod ranks per node), the head, which
+    links to the heads of its node's parent and children in ``tree``."""
+    per_node = comm.ranks_per_node
+    nodes, (node, local) = comm.size // per_node, divmod(comm.rank, per_node)
+    position = (local - channel) % per_node  # along the chain; the head is at 0
+
+    def rank(of_node: int, step: int) -> int:  # the rank ``step`` links down a node's chain
+        return of_node * per_node + (channel + step) % per_node
+
+    depth = position + _node_depth(nodes, node, tree)
+    children = [rank(node, position + 1)] if position + 1 < per_node else []
+    if position > 0:
+        return rank(node, position - 1), children, depth
+    parent, node_children = double_binary_tree(nodes, node)[tree]
+    children += [rank(child, 0) for child in node_children if child != -1]  # NCCL's order
+    return (rank(parent, 0) if parent != -1 else -1), children, depth
+
+
+def _node_depth(nodes: int, node: int, tree: int) -> int:
+    depth = 0
+    while (node := double_binary_tree(nodes, node)[tree][0]) != -1:
+        depth += 1
+    return depth
+
+
+def _reduce_and_broadcast(comm: Comm, chunks: list[Any], parent: int, children: list[int],
+                          lag: int, op: ReduceOp, wire: Protocol) -> Schedule:
+    """Pipeline ``chunks`` up the tree and back down: step s reduces chunk s and passes it
+    up, then takes chunk s - ``lag`` from the parent and passes it down. With ``lag`` the
+    chunks that go up while one makes its round trip, neither stream waits for the other.
+    """
+    ups: dict[int, Any] = {}  # chunk -> its send up, waited before the result lands on it
+    downs: list[Any] = []  # sends down, waited at the end: nothing writes their chunks again
+
+    def reduce_up(k: int) -> Schedule:
+        label = f"reduce {k}"
+        received = []
+        for child in children:
+            received.append((yield Recv(child, chunks[k], op, label)))
+        if received:
+            yield Wait(*received)
+        if parent != -1:
+            ups[k] = yield Send(parent, chunks[k], label, wire)
+        elif op is AVG and comm.size > 1 and len(chunks[k]) > 0:
+            yield Divide(chunks[k], comm.size)  # the root holds the sum: divide it once
+
+    def broadcast_down(k: int) -> Schedule:
+        label = f"broadcast {k}"
+        if parent != -1:
+            received = yield Recv(parent, chunks[k], label=label)
+            yield Wait(received, ups.pop(k))  # the result lands where the chunk left from
+        for child in children:
+            downs.append((yield Send(child, chunks[k], label, wire)))
+
+    for step in range(len(chunks) + lag):
+        if step < len(chunks):
+            yield from reduce_up(step)
+        if step >= lag:
+            yield from broadcast_down(step - lag)
+    if downs:
+        yield Wait(*downs)

@@ -1,0 +1,75 @@
+"""Collectives that choose how to run at each call, as NCCL does.
+
+NCCL picks an algorithm, a protocol and a number of channels for every call from its cost
+model, by size (``ncclTopoGetAlgoInfo``, NVIDIA/nccl src/enqueue.cc), or from a tuner
+plugin. Here the choice comes from ``Comm.tuner``: the simulator gives its cost model's
+fastest (``simcomm.tuning.ModelTuner``); a tuner file (``algorithms.harness.tuner_file``)
+gives a fixed table on either transport. Forcing ``algorithm`` or ``protocol`` is what
+``NCCL_ALGO`` and ``NCCL_PROTO`` do. Without a tuner, the ring with Simple runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from algorithms.collectives import Schedule
+from algorithms.nccl import (
+    as_protocol, hierarchical_allreduce, nccl_ring_all_gather, nccl_ring_allreduce,
+    nccl_ring_reduce_scatter,
+)
+from algorithms.nccl_tree import nccl_tree_allreduce
+from algorithms.ops import SUM, Choice, Comm, Protocol, ReduceOp
+
+ALLREDUCE_ALGORITHMS = ("ring", "tree", "hierarchical")
+AUTO = "auto"
+
+
+def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
+           protocol: Protocol | str = AUTO, channels: int = 0,
+           algorithms: tuple[str, ...] = ("ring",)) -> Choice:
+    """How to run one call: the tuner's choice (ring with Simple without one), with
+    ``algorithm``, ``protocol`` and ``channels`` (0: the choice's) forced where given."""
+    if algorithm != AUTO and algorithm not in algorithms:
+        raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; known: "
+                         f"{', '.join(algorithms)} or auto")
+    forced = None if protocol == AUTO else as_protocol(protocol)
+    if type(channels) is not int or channels < 0:
+        raise ValueError(f"channels must be an int >= 0 (0: the tuner's), got {channels!r}")
+    picked = (comm.tuner(collective, nbytes) if comm.tuner is not None
+              else Choice("ring", Protocol.SIMPLE, 0))
+    return Choice(picked.algorithm if algorithm == AUTO else algorithm,
+                  picked.protocol if forced is None else forced,
+                  channels or (picked.channels if algorithm in (AUTO, picked.algorithm)
+                               else 0))
+
+
+def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO,
+                   protocol: str = AUTO, channels: int = 0) -> Schedule:
+    """All-reduce as NCCL chooses to run it: ring, tree or hierarchical, in a protocol, on
+    a number of channels, from ``Comm.tuner`` (see the module doc) or forced. Returns
+    ``x``, reduced over all ranks."""
+    choice = choose(comm, "allreduce", x.nbytes, algorithm, protocol, channels,
+                    ALLREDUCE_ALGORITHMS)
+    if choice.algorithm == "hierarchical":
+        yield from hierarchical_allreduce(comm, x, op, choice.protocol)
+    elif choice.algorithm == "tree":
+        yield from nccl_tree_allreduce(comm, x, op, choice.channels, choice.protocol)
+    else:
+        yield from nccl_ring_allreduce(comm, x, op, choice.channels, choice.protocol)
+    return x
+
+
+def nccl_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, protocol: str = AUTO,
+                        channels: int = 0) -> Schedule:
+    """Ring reduce-scatter in the protocol and on the channels the tuner chooses (or
+    forced); returns this rank's chunk of ``x``, reduced (``nccl_ring_reduce_scatter``)."""
+    choice = choose(comm, "reducescatter", x.nbytes, AUTO, protocol, channels)
+    return (yield from nccl_ring_reduce_scatter(comm, x, op, choice.channels,
+                                                choice.protocol))
+
+
+def nccl_all_gather(comm: Comm, x: Any, protocol: str = AUTO, channels: int = 0) -> Schedule:
+    """Ring all-gather in the protocol and on the channels the tuner chooses (or forced)
+    (``nccl_ring_all_gather``)."""
+    choice = choose(comm, "allgather", x.nbytes, AUTO, protocol, channels)
+    return (yield from nccl_ring_all_gather(comm, x, choice.channels, choice.protocol))

@@ -1,0 +1,138 @@
+"""Choosing how to run a collective, as NCCL's tuner does: estimate every candidate
+(algorithm x protocol) from the topology and take the fastest.
+
+NCCL estimates each candidate as a base latency, plus a latency per step, plus the bytes
+over a bus bandwidth (NVIDIA/nccl, src/graph/tuning.cc). The estimates here take the same
+shape from this simulator's own figures, so that the choice is the one the message-level
+model would make:
+
+* A pipelined ring phase moves ``steps`` messages of ``chunk`` bytes around each of its
+  rings at once. It takes the longer of its critical path (a chunk's ``steps`` hops in a
+  row, each hop's latency under the protocol plus its transfer) and its busiest link's
+  bytes over that link's bandwidth, the wire share of the protocol counted.
+* A tree phase is a pipeline of chunks up and down the tree: its critical path is the
+  deepest leaf's way to the root and back, and its busiest link again bounds it.
+* Every call pays the topology's launch latency for the protocol once.
+
+They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
+the larger of the two terms ignores, so they come out a little low where the two are
+close. ``tests/test_tuning.py`` holds them to the message-level times.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from algorithms.nccl import rail_ring
+from algorithms.nccl_tree import TREE_CHUNK_BYTES, tree_position
+from algorithms.ops import Choice, Comm, Protocol
+from simcomm.topology import WIRE_EFFICIENCY, Topology
+
+# Collective -> algorithms the tuner weighs for it: NCCL's (its NVLS and CollNet are not
+# modelled; it runs reduce-scatter and all-gather as rings otherwise).
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "allreduce": ("ring", "tree"),
+    "reducescatter": ("ring",),
+    "allgather": ("ring",),
+}
+
+
+class ModelTuner:
+    """A ``Tuner`` (``algorithms.ops.Tuner``) for ``topology``: for each call the candidate
+    with the least estimated time. Choices are cached per (collective, bytes)."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self._choices: dict[tuple[str, int], Choice] = {}
+
+    def __call__(self, collective: str, nbytes: int) -> Choice:
+        key = (collective, nbytes)
+        choice = self._choices.get(key)
+        if choice is None:
+            estimates = self.estimates(collective, nbytes)
+            choice = self._choices[key] = min(estimates, key=estimates.__getitem__)
+        return choice
+
+    def estimates(self, collective: str, nbytes: int) -> dict[Choice, float]:
+        """Estimated seconds of every candidate for ``nbytes`` per rank, in the order
+        tried (ties go to the first)."""
+        if collective not in CANDIDATES:
+            raise ValueError(f"no tuner for collective {collective!r}; known: "
+                             f"{', '.join(CANDIDATES)}")
+        return {choice: self.estimate(collective, choice, nbytes)
+                for algorithm in CANDIDATES[collective] for protocol in Protocol
+                for choice in (Choice(algorithm, protocol, self.channels(algorithm)),)}
+
+    def channels(self, algorithm: str) -> int:
+        """Channels ``algorithm`` runs on: one per rank of a node (every NIC busy)."""
+        return self.topology.local_size or self.topology.size
+
+    def estimate(self, collective: str, choice: Choice, nbytes: int) -> float:
+        """Estimated seconds of ``collective`` of ``nbytes`` per rank run as ``choice``."""
+        p, protocol = self.topology.size, choice.protocol
+        launch = self.topology.launch_latency.of(protocol)
+        if p == 1:
+            return launch
+        comm = Comm(0, p, self.topology.local_size)
+        if choice.algorithm == "ring":
+            rings = [rail_ring(comm, c) for c in range(choice.channels)]
+            steps = 2 * (p - 1) if collective == "allreduce" else p - 1
+            return launch + self._rings(rings, steps, nbytes / (choice.channels * p), protocol)
+        if choice.algorithm == "tree" and collective == "allreduce":
+            return launch + self._trees(comm, choice.channels, nbytes, protocol)
+        raise ValueError(f"no estimate for {collective} by algorithm {choice.algorithm!r}")
+
+    def _trees(self, comm: Comm, channels: int, nbytes: int, protocol: Protocol) -> float:
+        """Seconds for ``channels`` trees to reduce and broadcast their parts of
+        ``nbytes``, pipelined in chunks of ``TREE_CHUNK_BYTES``, all at once."""
+        links, efficiency = self.topology.links, WIRE_EFFICIENCY[protocol]
+        part = nbytes / channels
+        chunks = max(1, math.ceil(part / TREE_CHUNK_BYTES))
+        load: defaultdict[int, float] = defaultdict(float)  # link -> bytes
+        path = 0.0  # seconds for the first chunk from the deepest rank to the root and back
+        for channel in range(channels):
+            parents, deepest = {}, (-1, -1)
+            for rank in range(comm.size):
+                parent, _, depth = tree_position(Comm(rank, comm.size, comm.local_size),
+                                                 channel, 2 * channel // channels)
+                parents[rank] = parent
+                deepest = max(deepest, (depth, rank))
+                if parent != -1:
+                    for route in (self.topology.route(rank, parent),
+                                  self.topology.route(parent, rank)):
+                        for i in route:
+                            load[i] += part
+            rank, trip = deepest[1], 0.0
+            while parents[rank] != -1:
+                for route in (self.topology.route(rank, parents[rank]),
+                              self.topology.route(parents[rank], rank)):
+                    trip += sum(links[i].latency_of(protocol) for i in route)
+                    trip += part / chunks / (efficiency * min(links[i].bandwidth for i in route))
+                rank = parents[rank]
+            path = max(path, trip)
+        busiest = max((bytes_ / links[i].bandwidth for i, bytes_ in load.items()), default=0.0)
+        # The first chunk pays the whole way; the others follow at the busiest link's pace.
+        return path + busiest / efficiency * (chunks - 1) / chunks
+
+    def _rings(self, rings: Sequence[Sequence[int]], steps: int, chunk: float,
+               protocol: Protocol) -> float:
+        """Seconds for every ring in ``rings`` to move ``steps`` messages of ``chunk`` bytes
+        per hop, pipelined, all at once."""
+        links, efficiency = self.topology.links, WIRE_EFFICIENCY[protocol]
+        load: defaultdict[int, float] = defaultdict(float)  # link -> bytes
+        path = 0.0
+        for ring in rings:
+            if len(ring) < 2:
+                continue
+            cycle = 0.0  # seconds for a chunk once around this ring
+            for j, src in enumerate(ring):
+                route = self.topology.route(src, ring[(j + 1) % len(ring)])
+                for i in route:
+                    load[i] += steps * chunk
+                cycle += sum(links[i].latency_of(protocol) for i in route)
+                cycle += chunk / (efficiency * min(links[i].bandwidth for i in route))
+            path = max(path, cycle * steps / len(ring))
+        busiest = max((bytes_ / links[i].bandwidth for i, bytes_ in load.items()), default=0.0)
+        return max(path, busiest / efficiency)

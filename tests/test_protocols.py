@@ -1,0 +1,110 @@
+"""NCCL's protocols in the cost model: each link's latency under the protocol a Send names,
+LL's and LL128's share of the wire, and the launch latency a ``Launch`` charges. The data
+are the same under every protocol."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from algorithms import Launch, Protocol, Recv, Send, Wait, nccl_ring_allreduce
+from algorithms.nccl import as_protocol
+from simcomm import SizeOnly, simulate
+from simcomm.presets import NCCL_LAUNCH_LATENCY, make_preset
+from simcomm.topology import Link, PerProtocol, Topology, fully_connected
+
+BANDWIDTH = 1e9  # bytes/second
+LATENCIES = PerProtocol(simple=5e-6, ll=1e-6, ll128=2e-6)
+LAUNCH = PerProtocol(simple=8e-6, ll=6e-6, ll128=14e-6)
+
+
+def one_message(comm, x, protocol):
+    """Rank 0 sends ``x`` to rank 1 under ``protocol``."""
+    if comm.rank == 0:
+        yield Wait((yield Send(1, x, "m", protocol)))
+    else:
+        yield Wait((yield Recv(0, x)))
+    return x
+
+
+def launched(comm, x, protocol):
+    """A collective that only starts."""
+    yield Launch(protocol)
+    return x
+
+
+def two_ranks() -> Topology:
+    topology = fully_connected(2, BANDWIDTH, LATENCIES)
+    return Topology(topology.name, topology.nodes, topology.links, topology.ranks,
+                    topology.reduce_bandwidth, None, LAUNCH)
+
+
+@pytest.mark.parametrize("protocol, efficiency", [
+    (Protocol.SIMPLE, 1.0), (Protocol.LL, 0.5), (Protocol.LL128, 120 / 128)])
+def test_a_message_costs_its_protocols_latency_and_wire_share(protocol, efficiency) -> None:
+    nbytes = 1_000_000
+    result = simulate(one_message, [SizeOnly(nbytes // 4, np.float32)] * 2, two_ranks(),
+                      protocol=protocol)
+    expected = LATENCIES.of(protocol) + nbytes / (BANDWIDTH * efficiency)
+    assert result.time == pytest.approx(expected, rel=1e-12)
+
+
+def test_data_arrive_the_same_under_every_protocol() -> None:
+    for protocol in Protocol:
+        inputs = [np.arange(5, dtype=np.float64), np.zeros(5)]
+        result = simulate(one_message, inputs, two_ranks(), protocol=protocol)
+        assert result.results[1].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("protocol", list(Protocol))
+def test_a_launch_costs_the_topologys_launch_latency_for_its_protocol(protocol) -> None:
+    result = simulate(launched, [SizeOnly(1, np.float32)] * 2, two_ranks(), protocol=protocol)
+    assert result.time == pytest.approx(LAUNCH.of(protocol), rel=1e-12)
+    assert [e.kind for e in result.trace] == ["launch", "launch"]
+
+
+def test_a_topology_without_protocol_figures_charges_simple_latency_and_no_launch() -> None:
+    topology = fully_connected(2, BANDWIDTH, 5e-6)
+    assert topology.links[0].latency_of(Protocol.LL) == 5e-6
+    assert topology.launch_latency.of(Protocol.LL128) == 0.0
+    ll = simulate(one_message, [SizeOnly(250, np.float32)] * 2, topology, protocol=Protocol.LL)
+    assert ll.time == pytest.approx(5e-6 + 2 * 1000 / BANDWIDTH, rel=1e-12)
+    start = simulate(launched, [SizeOnly(1, np.float32)] * 2, topology, protocol=Protocol.LL)
+    assert start.time == 0.0
+
+
+def test_presets_carry_nccls_figures_per_protocol() -> None:
+    topology = make_preset("cluster-h100:nodes=2")
+    assert topology.launch_latency == NCCL_LAUNCH_LATENCY
+    gpu_to_net = next(link for link in topology.links if link.dst == "net")
+    # Half of NCCL's network step latency on each of the two network links of a path.
+    assert gpu_to_net.latency_of(Protocol.SIMPLE) == pytest.approx(7e-6)
+    assert gpu_to_net.latency_of(Protocol.LL) == pytest.approx(1.35e-6)
+    assert gpu_to_net.latency_of(Protocol.LL128) == pytest.approx(2e-6)
+
+
+def test_ll_wins_small_messages_and_simple_wins_large_ones_on_a_cluster() -> None:
+    topology = make_preset("cluster-h100:nodes=2")
+
+    def time(nbytes: int, protocol: str) -> float:
+        inputs = [SizeOnly(nbytes // 4, np.float32)] * topology.size
+        return simulate(nccl_ring_allreduce, inputs, topology, record=False,
+                        protocol=protocol).time
+
+    assert time(4096, "ll") < time(4096, "ll128") < time(4096, "simple")
+    assert time(1 << 30, "simple") < time(1 << 30, "ll128") < time(1 << 30, "ll")
+
+
+def test_protocols_are_named_or_refused_with_the_known_names() -> None:
+    assert as_protocol("LL128") is Protocol.LL128
+    assert as_protocol(Protocol.LL) is Protocol.LL
+    with pytest.raises(ValueError, match="unknown protocol 'fast'; known: simple, ll, ll128"):
+        as_protocol("fast")
+    with pytest.raises(TypeError, match="Send.protocol must be a Protocol"):
+        Send(1, np.zeros(1), "", "ll")
+    with pytest.raises(TypeError, match="Launch.protocol must be a Protocol"):
+        Launch("simple")
+    with pytest.raises(ValueError, match="ll latency must be finite seconds >= 0"):
+        PerProtocol(1e-6, -1e-6, 1e-6)
+    with pytest.raises(ValueError, match="ll128_latency must be finite seconds >= 0"):
+        Link("a", "b", 1e9, 1e-6, ll128_latency=float("nan"))
