@@ -5,7 +5,9 @@ model, by size (``ncclTopoGetAlgoInfo``, NVIDIA/nccl src/enqueue.cc), or from a 
 plugin. Here the choice comes from ``Comm.tuner``: the simulator gives its cost model's
 fastest (``simcomm.tuning.ModelTuner``); a tuner file (``algorithms.harness.tuner_file``)
 gives a fixed table on either transport. Forcing ``algorithm`` or ``protocol`` is what
-``NCCL_ALGO`` and ``NCCL_PROTO`` do. Without a tuner, the ring with Simple runs.
+``NCCL_ALGO`` and ``NCCL_PROTO`` do. Without a tuner, the ring with Simple runs. An empty
+buffer costs nothing: NCCL discards empty collectives before launching anything
+(``taskAppend``, NVIDIA/nccl v2.26.2 src/enqueue.cc).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO
     ``x``, reduced over all ranks."""
     choice = choose(comm, "allreduce", x.nbytes, algorithm, protocol, channels,
                     ALLREDUCE_ALGORITHMS)
+    if len(x) == 0:
+        return x
     if choice.algorithm == "hierarchical":
         yield from hierarchical_allreduce(comm, x, op, choice.protocol)
     elif choice.algorithm == "tree":
@@ -64,6 +68,8 @@ def nccl_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, protocol: str = 
     """Ring reduce-scatter in the protocol and on the channels the tuner chooses (or
     forced); returns this rank's chunk of ``x``, reduced (``nccl_ring_reduce_scatter``)."""
     choice = choose(comm, "reducescatter", x.nbytes, AUTO, protocol, channels)
+    if len(x) == 0:
+        return x
     return (yield from nccl_ring_reduce_scatter(comm, x, op, choice.channels,
                                                 choice.protocol))
 
@@ -72,4 +78,6 @@ def nccl_all_gather(comm: Comm, x: Any, protocol: str = AUTO, channels: int = 0)
     """Ring all-gather in the protocol and on the channels the tuner chooses (or forced)
     (``nccl_ring_all_gather``)."""
     choice = choose(comm, "allgather", x.nbytes, AUTO, protocol, channels)
+    if len(x) == 0:
+        return x
     return (yield from nccl_ring_all_gather(comm, x, choice.channels, choice.protocol))

@@ -109,7 +109,8 @@ def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence
             count = count // p * p
         result = simulate(collective.function, [SizeOnly(count, np.float32)] * p, topology,
                           record=False, **params)
-        times.append((result.time * 1e6, result.launches[0].describe()))
+        ran = result.launches[0].describe() if result.launches else "nothing (empty)"
+        times.append((result.time * 1e6, ran))
     return times
 
 

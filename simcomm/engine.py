@@ -20,8 +20,10 @@ Cost model (alpha-beta with contention):
   lets sends of at most that many bytes complete on arrival instead (MPI's eager protocol).
 * A Send's ``protocol`` (``algorithms.Protocol``) sets its costs: each link's latency under
   that protocol (``Link.latency_of``) and the share of the wire that carries data
-  (``WIRE_EFFICIENCY``: LL's lines are half flags). A ``Launch`` holds its task for the
-  topology's launch latency under its protocol.
+  (``WIRE_EFFICIENCY``: LL's lines are half flags). Under LL a message first crosses its
+  sender's own LL pipe, a link of ``Topology.ll_bandwidth`` and no latency that all the
+  rank's LL sends share. A ``Launch`` holds its task for the topology's launch latency
+  under its protocol.
 * A reducing receive, a ``Combine``, a ``Copy`` and a ``Divide`` of n bytes take
   n / reduce_bandwidth seconds on the rank's memory, one at a time. ``Compute`` runs on
   the rank's compute stream, one at a time, concurrently with communication.
@@ -151,9 +153,11 @@ class _Simulation(Interpreter):
         self.topology = topology
         self.record = record
         self.links = topology.links
-        self.link_free = [0.0] * len(self.links)
-        self.link_bytes = [0] * len(self.links)
-        self.link_busy = [0] * len(self.links)  # ticks
+        # The topology's links, then one LL pipe per rank (see the module doc).
+        every = len(self.links) + self.size
+        self.link_free = [0] * every
+        self.link_bytes = [0] * every
+        self.link_busy = [0] * every  # ticks
         # (src, dst, protocol) -> per link of the route: (index, ticks per byte, latency, gap)
         self.routes: dict[tuple[int, int, Protocol], tuple[tuple[int, float, int, int], ...]] = {}
         self.memory_free = [0] * self.size  # ticks
@@ -243,9 +247,13 @@ class _Simulation(Interpreter):
     def _route(self, src: int, dst: int, protocol: Protocol
                ) -> tuple[tuple[int, float, int, int], ...]:
         per_data_byte = TICKS_PER_SECOND / WIRE_EFFICIENCY[protocol]
-        return tuple((i, per_data_byte / self.links[i].bandwidth,
-                      _ticks(self.links[i].latency_of(protocol)), _ticks(self.links[i].gap))
-                     for i in self.topology.route(src, dst))
+        route = tuple((i, per_data_byte / self.links[i].bandwidth,
+                       _ticks(self.links[i].latency_of(protocol)), _ticks(self.links[i].gap))
+                      for i in self.topology.route(src, dst))
+        if protocol is Protocol.LL and math.isfinite(self.topology.ll_bandwidth):
+            pipe = (len(self.links) + src, TICKS_PER_SECOND / self.topology.ll_bandwidth, 0, 0)
+            route = (pipe, *route)
+        return route
 
     def _cross(self, h: _Handle, head: int) -> None:
         # The message's head reaches the next link of its route now. The link serves heads in
@@ -261,7 +269,7 @@ class _Simulation(Interpreter):
         end = free[i] = start + occupancy
         self.link_busy[i] += occupancy
         self.link_bytes[i] += nbytes
-        if self.record:
+        if self.record and i < len(self.links):  # not the LL pipes
             self.hops.append(Hop(i, h.message, start / TICKS_PER_SECOND,
                                  end / TICKS_PER_SECOND))
         h.hop = hop = hop + 1

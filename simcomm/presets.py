@@ -70,6 +70,16 @@ NVLINK_STEP_LATENCY = PerProtocol(simple=3.4 * US, ll=0.6 * US, ll128=1.9 * US)
 PCIE_STEP_LATENCY = PerProtocol(simple=5.7 * US, ll=1.0 * US, ll128=2.5 * US)
 NET_STEP_LATENCY = PerProtocol(simple=14.0 * US, ll=2.7 * US, ll128=4.0 * US)
 NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US)
+# What one GPU sends per second under LL, NCCL's llMaxBw (same file and version): on one
+# node by GPU generation, across nodes by host CPU and node count. DGX H100 hosts have Intel
+# Xeon CPUs (NVIDIA DGX H100 User Guide).
+A100_LL_BANDWIDTH = 87.7 * GB
+H100_LL_BANDWIDTH = 141.0 * GB
+
+
+def intel_hosts_ll_bandwidth(nodes: int) -> float:
+    """NCCL's llMaxBw across ``nodes`` nodes of Intel hosts: 39 GB/s on two, 20.4 on more."""
+    return (39.0 if nodes <= 2 else 20.4) * GB
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
 # Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
 # which already covers a message's whole trip across the network.
@@ -112,22 +122,25 @@ def _positive_int(name: str, value: int) -> int:
 
 def dgx_a100(gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX A100 (640 GB): 8 A100 80GB SXM4 on NVSwitch, or the first ``gpus`` of them."""
-    return _dgx("dgx-a100", gpus, A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM)
+    return _dgx("dgx-a100", gpus, A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM,
+                A100_LL_BANDWIDTH)
 
 
 def dgx_h100(gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX H100: 8 H100 SXM5 on NVSwitch, or the first ``gpus`` of them."""
-    return _dgx("dgx-h100", gpus, H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM)
+    return _dgx("dgx-h100", gpus, H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
+                H100_LL_BANDWIDTH)
 
 
-def _dgx(name: str, gpus: int, nvlink: float, hbm: float) -> Topology:
+def _dgx(name: str, gpus: int, nvlink: float, hbm: float, ll_bandwidth: float) -> Topology:
     _positive_int("gpus", gpus)
     if gpus > GPUS_PER_DGX:
         raise ValueError(f"gpus must be at most {GPUS_PER_DGX}, got {gpus}")
     topo = switch(gpus, nvlink, NVLINK_STEP_LATENCY, hbm)
     if gpus != GPUS_PER_DGX:
         name = f"{name}:gpus={gpus}"
-    return replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY, _routes={})
+    return replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
+                   ll_bandwidth=ll_bandwidth, _routes={})
 
 
 def pcie_a100(gpus: int = 8) -> Topology:
@@ -135,7 +148,7 @@ def pcie_a100(gpus: int = 8) -> Topology:
     _positive_int("gpus", gpus)
     topo = switch(gpus, PCIE_GEN4_X16_DATA, PCIE_STEP_LATENCY, A100_PCIE_HBM)
     return replace(topo, name=f"pcie-a100:gpus={gpus}", launch_latency=NCCL_LAUNCH_LATENCY,
-                   _routes={})
+                   ll_bandwidth=A100_LL_BANDWIDTH, _routes={})
 
 
 def cluster_h100(nodes: int = 2) -> Topology:
@@ -145,7 +158,9 @@ def cluster_h100(nodes: int = 2) -> Topology:
                         NVLINK_STEP_LATENCY, NDR_NIC_DATA, NET_STEP_LATENCY,
                         nic_per_gpu=True, reduce_bandwidth=H100_SXM_HBM)
     return replace(topo, name=f"cluster-h100:nodes={nodes}",
-                   launch_latency=NCCL_LAUNCH_LATENCY, _routes={})
+                   launch_latency=NCCL_LAUNCH_LATENCY,
+                   ll_bandwidth=(H100_LL_BANDWIDTH if nodes == 1
+                                 else intel_hosts_ll_bandwidth(nodes)), _routes={})
 
 
 def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: float = 1.0
@@ -189,7 +204,8 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     name = (f"fattree-h100:nodes={nodes},nodes_per_leaf={nodes_per_leaf},"
             f"oversubscription={ratio}")
     return Topology(name, tuple(names), tuple(links), tuple(gpus),
-                    (H100_SXM_HBM,) * len(gpus), GPUS_PER_DGX, NCCL_LAUNCH_LATENCY)
+                    (H100_SXM_HBM,) * len(gpus), GPUS_PER_DGX, NCCL_LAUNCH_LATENCY,
+                    H100_LL_BANDWIDTH if nodes == 1 else intel_hosts_ll_bandwidth(nodes))
 
 
 # -- the registry -----------------------------------------------------------------------------

@@ -11,6 +11,8 @@ Two forms. The explicit form lists nodes and links::
     launch_latency = "8.4us"         # what starting one collective costs (NCCL's base
     launch_latency_ll = "6.6us"      # latency) under Simple, LL and LL128 (optional;
     launch_latency_ll128 = "14us"    # default 0; LL's and LL128's default: launch_latency)
+    ll_bandwidth = "39GB/s"          # what one GPU sends per second under LL, all links
+                                     # together (optional; default: no limit)
 
     [defaults]                       # for every link and GPU that does not say otherwise
     bandwidth = "100GB/s"            # per direction
@@ -40,7 +42,7 @@ Instead of ``gpus`` and ``switches`` a file may list ``nodes`` (every node, in o
     latency_ll = "0.6us"             # optional, as latency_ll128; hierarchical takes
                                      # intra_latency_ll, inter_latency_ll128, ...
     reduce_bandwidth = "3350GB/s"
-    launch_latency = "8.4us"         # optional, as in the explicit form
+    launch_latency = "8.4us"         # optional, as in the explicit form (ll_bandwidth too)
 
 A link's LL or LL128 latency that no key gives is None: the link's ``latency`` (Simple's)
 applies. In the builder form, giving one of a latency's LL and LL128 figures builds with
@@ -79,6 +81,7 @@ class TopologyFileError(ValueError):
 # Top-level keys of the launch latency per protocol, in PerProtocol's field order.
 _LAUNCH_KEYS = ("launch_latency", "launch_latency_ll", "launch_latency_ll128")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_LAUNCH_KEYS,
+                  "ll_bandwidth",
                   "defaults", "reduce_bandwidth", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
 _PROTOCOL_LATENCIES = (("latency_ll", "ll_latency"), ("latency_ll128", "ll128_latency"))
@@ -221,9 +224,16 @@ def _from_tables(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     launch = _read_launch(reader, data)
     try:
         return Topology(name, tuple(nodes), tuple(links), tuple(rank_nodes), reduce, local_size,
-                        launch)
+                        launch, _read_ll_bandwidth(reader, data))
     except ValueError as error:
         raise reader.error("", str(error)) from None
+
+
+def _read_ll_bandwidth(reader: _Reader, data: dict[str, Any]) -> float:
+    """What one GPU sends per second under LL (default inf: no limit)."""
+    if "ll_bandwidth" not in data:
+        return math.inf
+    return reader.bandwidth(data["ll_bandwidth"], "ll_bandwidth")
 
 
 def _read_launch(reader: _Reader, data: dict[str, Any]) -> PerProtocol:
@@ -355,7 +365,7 @@ def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     latencies = [key for key, parse, _ in params if parse == "latency"]
     reader.check_keys(data, ("kind", "name", *(p[0] for p in params),
                              *(key + suffix for key in latencies for suffix in _PROTOCOL_SUFFIXES),
-                             *_LAUNCH_KEYS), "")
+                             *_LAUNCH_KEYS, "ll_bandwidth"), "")
     kwargs: dict[str, Any] = {}
     for key, parse, required in params:
         if key in data:
@@ -375,7 +385,8 @@ def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     except ValueError as error:
         raise reader.error("", str(error)) from None
     return Topology(name, topology.nodes, topology.links, topology.ranks,
-                    topology.reduce_bandwidth, topology.local_size, launch)
+                    topology.reduce_bandwidth, topology.local_size, launch,
+                    _read_ll_bandwidth(reader, data))
 
 
 def _check_routes(reader: _Reader, topology: Topology) -> None:
@@ -488,6 +499,8 @@ def dump_topology(topology: Topology) -> str:
         for key, seconds in ((ll_key, launch.ll), (ll128_key, launch.ll128)):
             if seconds != launch.simple:
                 lines.append(f"{key} = {_toml_string(format_latency(seconds))}")
+    if math.isfinite(topology.ll_bandwidth):
+        lines.append(f"ll_bandwidth = {_toml_string(format_bandwidth(topology.ll_bandwidth))}")
     links = topology.links
     reduce_default = _most_common(topology.reduce_bandwidth)
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}

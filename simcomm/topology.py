@@ -106,6 +106,9 @@ class Topology:
     ``local_size``, if known, is how many consecutive ranks share a machine (a DGX's 8 GPUs):
     algorithms see it as ``Comm.local_size``. ``launch_latency`` is what starting one
     collective costs under each protocol (the ``Launch`` op; NCCL's base latency).
+    ``ll_bandwidth`` is the most one GPU sends per second under LL, over all its links and
+    channels together: the LL protocol's polling on 8-byte flags, not the wire, is its
+    limit (NCCL's ``llMaxBw``); infinite means none.
     """
 
     name: str
@@ -115,6 +118,7 @@ class Topology:
     reduce_bandwidth: tuple[float, ...]
     local_size: int | None = None
     launch_latency: PerProtocol = NO_LAUNCH_LATENCY
+    ll_bandwidth: float = math.inf
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
         default_factory=dict, repr=False, compare=False)
 
@@ -144,6 +148,9 @@ class Topology:
                 or len(self.ranks) % self.local_size):
             raise ValueError(f"topology {self.name!r}: local_size must be an int >= 1 that "
                              f"divides its {len(self.ranks)} ranks, got {self.local_size!r}")
+        if not (isinstance(self.ll_bandwidth, (int, float)) and self.ll_bandwidth > 0):
+            raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
+                             f"(inf: no limit), got {self.ll_bandwidth!r}")
         if type(self.launch_latency) is not PerProtocol:
             raise TypeError(f"topology {self.name!r}: launch_latency must be a PerProtocol, "
                             f"got {self.launch_latency!r}")

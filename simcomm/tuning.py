@@ -12,6 +12,7 @@ model would make:
   bytes over that link's bandwidth, the wire share of the protocol counted.
 * A tree phase is a pipeline of chunks up and down the tree: its critical path is the
   deepest leaf's way to the root and back, and its busiest link again bounds it.
+* Under LL, a rank's LL pipe (``Topology.ll_bandwidth``) bounds it as a link does.
 * Every call pays the topology's launch latency for the protocol once.
 
 They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
@@ -87,34 +88,41 @@ class ModelTuner:
     def _trees(self, comm: Comm, channels: int, nbytes: int, protocol: Protocol) -> float:
         """Seconds for ``channels`` trees to reduce and broadcast their parts of
         ``nbytes``, pipelined in chunks of ``TREE_CHUNK_BYTES``, all at once."""
-        links, efficiency = self.topology.links, WIRE_EFFICIENCY[protocol]
         part = nbytes / channels
         chunks = max(1, math.ceil(part / TREE_CHUNK_BYTES))
         load: defaultdict[int, float] = defaultdict(float)  # link -> bytes
-        path = 0.0  # seconds for the first chunk from the deepest rank to the root and back
+        sent: defaultdict[int, float] = defaultdict(float)  # rank -> bytes
+        trees = []  # per channel: each rank's parent, and its deepest rank
         for channel in range(channels):
             parents, deepest = {}, (-1, -1)
             for rank in range(comm.size):
                 parent, _, depth = tree_position(Comm(rank, comm.size, comm.local_size),
                                                  channel, 2 * channel // channels)
-                parents[rank] = parent
-                deepest = max(deepest, (depth, rank))
-                if parent != -1:
-                    for route in (self.topology.route(rank, parent),
-                                  self.topology.route(parent, rank)):
-                        for i in route:
+                parents[rank], deepest = parent, max(deepest, (depth, rank))
+                if parent != -1:  # a part goes up this edge and comes back down
+                    for src, dst in ((rank, parent), (parent, rank)):
+                        sent[src] += part
+                        for i in self.topology.route(src, dst):
                             load[i] += part
-            rank, trip = deepest[1], 0.0
+            trees.append((parents, deepest[1]))
+        # A chunk's way from the deepest rank to the root and back.
+        path = latency = 0.0  # the way's seconds, and its latencies alone
+        links = self.topology.links
+        for parents, rank in trees:
+            trip = hops = 0.0
             while parents[rank] != -1:
-                for route in (self.topology.route(rank, parents[rank]),
-                              self.topology.route(parents[rank], rank)):
-                    trip += sum(links[i].latency_of(protocol) for i in route)
-                    trip += part / chunks / (efficiency * min(links[i].bandwidth for i in route))
+                for src, dst in ((rank, parents[rank]), (parents[rank], rank)):
+                    route = self.topology.route(src, dst)
+                    hops += sum(links[i].latency_of(protocol) for i in route)
+                    trip += part / chunks / (WIRE_EFFICIENCY[protocol]
+                                             * min(links[i].bandwidth for i in route))
                 rank = parents[rank]
-            path = max(path, trip)
-        busiest = max((bytes_ / links[i].bandwidth for i, bytes_ in load.items()), default=0.0)
-        # The first chunk pays the whole way; the others follow at the busiest link's pace.
-        return path + busiest / efficiency * (chunks - 1) / chunks
+            path, latency = max(path, trip + hops), max(latency, hops)
+        # The first chunk pays the whole way; the others follow at the busiest link's pace;
+        # and no link, or LL pipe, carries its bytes faster than its bandwidth, the way's
+        # latencies aside.
+        busiest = self._busiest(load, sent, protocol)
+        return max(path + busiest * (chunks - 1) / chunks, latency + busiest)
 
     def _rings(self, rings: Sequence[Sequence[int]], steps: int, chunk: float,
                protocol: Protocol) -> float:
@@ -122,6 +130,7 @@ class ModelTuner:
         per hop, pipelined, all at once."""
         links, efficiency = self.topology.links, WIRE_EFFICIENCY[protocol]
         load: defaultdict[int, float] = defaultdict(float)  # link -> bytes
+        sent: defaultdict[int, float] = defaultdict(float)  # rank -> bytes
         path = 0.0
         for ring in rings:
             if len(ring) < 2:
@@ -129,10 +138,20 @@ class ModelTuner:
             cycle = 0.0  # seconds for a chunk once around this ring
             for j, src in enumerate(ring):
                 route = self.topology.route(src, ring[(j + 1) % len(ring)])
+                sent[src] += steps * chunk
                 for i in route:
                     load[i] += steps * chunk
                 cycle += sum(links[i].latency_of(protocol) for i in route)
                 cycle += chunk / (efficiency * min(links[i].bandwidth for i in route))
             path = max(path, cycle * steps / len(ring))
+        return max(path, self._busiest(load, sent, protocol))
+
+    def _busiest(self, load: dict[int, float], sent: dict[int, float],
+                 protocol: Protocol) -> float:
+        """Seconds the busiest link, or the busiest sender's LL pipe, takes for its bytes."""
+        links = self.topology.links
         busiest = max((bytes_ / links[i].bandwidth for i, bytes_ in load.items()), default=0.0)
-        return max(path, busiest / efficiency)
+        busiest /= WIRE_EFFICIENCY[protocol]
+        if protocol is Protocol.LL:
+            busiest = max(busiest, max(sent.values(), default=0.0) / self.topology.ll_bandwidth)
+        return busiest

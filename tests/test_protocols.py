@@ -4,6 +4,8 @@ are the same under every protocol."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -73,9 +75,38 @@ def test_a_topology_without_protocol_figures_charges_simple_latency_and_no_launc
     assert start.time == 0.0
 
 
+def fan_out(comm, x, protocol):
+    """Rank 0 sends ``x`` to every other rank at once."""
+    if comm.rank == 0:
+        sends = []
+        for peer in range(1, comm.size):
+            sends.append((yield Send(peer, x, "m", protocol)))
+        yield Wait(*sends)
+    else:
+        yield Wait((yield Recv(0, x)))
+    return x
+
+
+def test_ll_sends_of_a_rank_share_its_ll_pipe() -> None:
+    # The pipe (0.25 GB/s) is slower than the wire's LL share (0.5 GB/s): it sets the pace,
+    # and two messages through it take twice as long; Simple does not use it.
+    topology = replace(fully_connected(3, BANDWIDTH, LATENCIES), ll_bandwidth=0.25e9)
+    nbytes = 1_000_000
+    inputs = [SizeOnly(nbytes // 4, np.float32)] * 3
+    ll = simulate(fan_out, inputs, topology, protocol=Protocol.LL)
+    assert ll.time == pytest.approx(LATENCIES.ll + 2 * nbytes / 0.25e9, rel=1e-12)
+    simple = simulate(fan_out, inputs, topology, protocol=Protocol.SIMPLE)
+    assert simple.time == pytest.approx(LATENCIES.simple + nbytes / BANDWIDTH, rel=1e-12)
+    assert [s.bytes for s in ll.links] == [s.bytes for s in simple.links]  # pipes not links
+    with pytest.raises(ValueError, match="ll_bandwidth must be > 0 bytes/second"):
+        replace(topology, ll_bandwidth=0.0)
+
+
 def test_presets_carry_nccls_figures_per_protocol() -> None:
     topology = make_preset("cluster-h100:nodes=2")
     assert topology.launch_latency == NCCL_LAUNCH_LATENCY
+    assert topology.ll_bandwidth == 39e9  # NCCL's llMaxBw on two nodes of Intel hosts
+    assert make_preset("dgx-h100").ll_bandwidth == 141e9
     gpu_to_net = next(link for link in topology.links if link.dst == "net")
     # Half of NCCL's network step latency on each of the two network links of a path.
     assert gpu_to_net.latency_of(Protocol.SIMPLE) == pytest.approx(7e-6)

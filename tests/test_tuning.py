@@ -31,8 +31,8 @@ def message_level(topology, choice: Choice, nbytes: int) -> float:
 
 # How far an estimate may be from the message-level time: rings are a single pipeline step
 # per chunk and come within a few percent; a tree's chunks queue behind each other on links
-# that several channels share, which the estimate takes only as a bound (measured: at most
-# 40% at 16 MiB on dgx-h100, -31% at 4 MiB on cluster-h100:nodes=8).
+# that several channels share, which the estimate takes only as a bound (measured from 8 B
+# to 1 GiB on dgx-h100 and cluster-h100 with 2 and 8 nodes: from -37% to +40%).
 TOLERANCE = {"ring": 0.10, "tree": 0.45}
 
 
@@ -49,15 +49,15 @@ def test_estimates_stay_near_the_message_level_times(preset) -> None:
 
 @pytest.mark.parametrize("preset", ["dgx-h100", "cluster-h100:nodes=2"])
 def test_the_choice_is_within_a_few_percent_of_the_fastest_candidate(preset) -> None:
-    # Over the presets and powers of two from 8 B to 1 GiB the worst choice measured was
-    # 10.7% slower than the fastest candidate (cluster-h100:nodes=8 at 2 MiB).
+    # Over the presets and every other power of two from 8 B to 1 GiB the worst choice
+    # measured was 0.3% slower than the fastest candidate.
     topology = make_preset(preset)
     tuner = ModelTuner(topology)
     for nbytes in SIZES:
         nbytes = max(nbytes // 4, 1) * 4
         times = {c: message_level(topology, c, nbytes) for c in tuner.estimates("allreduce",
                                                                                  nbytes)}
-        assert times[tuner("allreduce", nbytes)] <= min(times.values()) * 1.12, nbytes
+        assert times[tuner("allreduce", nbytes)] <= min(times.values()) * 1.05, nbytes
 
 
 def test_small_calls_choose_ll_and_large_ones_simple_across_nodes() -> None:
@@ -77,7 +77,8 @@ def test_the_tuned_collectives_give_the_reference_results(name) -> None:
         expected = collective.reference(inputs)
         for got, want in zip(result.results, expected):
             np.testing.assert_array_equal(got, want)
-        assert len({launch.describe() for launch in result.launches}) == 1
+        # NCCL discards an empty collective before it launches anything.
+        assert len({launch.describe() for launch in result.launches}) == (1 if length else 0)
 
 
 def test_forcing_a_choice_overrides_the_tuner_and_unknown_names_are_refused() -> None:
