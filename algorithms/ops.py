@@ -55,6 +55,9 @@ class Protocol(enum.Enum):
     LL128 = "ll128"
 
 
+_SIMPLE = Protocol.SIMPLE  # Send's common case, checked with one identity test per message
+
+
 def _bad_rank(value: object, what: str) -> ValueError:
     return ValueError(f"{what} must be a non-negative int rank, got {value!r}")
 
@@ -76,7 +79,7 @@ class Send:
         # type() rather than isinstance(): it turns bools away, and ops are made per message.
         if type(self.peer) is not int or self.peer < 0:
             raise _bad_rank(self.peer, "Send.peer")
-        if type(self.protocol) is not Protocol:
+        if self.protocol is not _SIMPLE and type(self.protocol) is not Protocol:
             raise TypeError(f"Send.protocol must be a Protocol, got {self.protocol!r}")
 
 
@@ -274,7 +277,7 @@ class Comm:
     s // local_size). Hierarchical algorithms use the last; ``None`` means one node.
 
     ``tuner``, if the transport has one, chooses algorithm, protocol and channels per call
-    for the collectives that let it (``algorithms.nccl.nccl_allreduce``); the simulator's
+    for the collectives that let it (``algorithms.tuned.nccl_allreduce``); the simulator's
     comes from its cost model. Every rank must get the same answers from it."""
 
     rank: int

@@ -150,7 +150,7 @@ class Driver:
     Wait ``ProtocolError``. ``local_size`` (ranks per node, consecutive) is what
     hierarchical algorithms see as ``Comm.local_size``; by default torchrun's
     LOCAL_WORLD_SIZE for a driver over the whole world, else one node. ``tuner`` is
-    ``Comm.tuner``: what algorithms that choose per call (``algorithms.nccl.nccl_allreduce``)
+    ``Comm.tuner``: what algorithms that choose per call (``algorithms.tuned.nccl_allreduce``)
     ask; it must answer every process alike.
     """
 

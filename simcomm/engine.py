@@ -69,6 +69,7 @@ _NEVER = -(10**40)  # the tail of a message that has crossed no link yet, in tic
 # all-reduce on 1,024 ranks (6.3 million ops), some minutes of simulation; past it, an
 # algorithm that never ends is the likelier cause.
 DEFAULT_MAX_OPS = 300_000_000
+_SIMPLE = Protocol.SIMPLE
 
 
 @dataclass(frozen=True)
@@ -158,8 +159,11 @@ class _Simulation(Interpreter):
         self.link_free = [0] * every
         self.link_bytes = [0] * every
         self.link_busy = [0] * every  # ticks
-        # (src, dst, protocol) -> per link of the route: (index, ticks per byte, latency, gap)
-        self.routes: dict[tuple[int, int, Protocol], tuple[tuple[int, float, int, int], ...]] = {}
+        # Per protocol, (src, dst) -> per link of the route: (index, ticks per byte, latency,
+        # gap). Simple's table is looked up without the protocol: hashing an enum member is a
+        # Python call, a tenth of a microsecond on every message.
+        self.simple_routes: dict[tuple[int, int], tuple[tuple[int, float, int, int], ...]] = {}
+        self.routes = {Protocol.SIMPLE: self.simple_routes, Protocol.LL: {}, Protocol.LL128: {}}
         self.memory_free = [0] * self.size  # ticks
         self.compute_free = [0] * self.size
         self.memory_per_byte = [TICKS_PER_SECOND / bandwidth
@@ -227,10 +231,11 @@ class _Simulation(Interpreter):
             h.trace_index = len(self.trace)
             self.trace.append(TraceEvent("send", src, task.channel, now / TICKS_PER_SECOND,
                                          math.nan, dst, h.nbytes, op.label, h.message))
-        key = (src, dst, op.protocol)
-        route = self.routes.get(key)
+        protocol = op.protocol
+        routes = self.simple_routes if protocol is _SIMPLE else self.routes[protocol]
+        route = routes.get((src, dst))
         if route is None:
-            route = self.routes[key] = self._route(*key)
+            route = routes[(src, dst)] = self._route(src, dst, protocol)
         h.route, h.hop, h.tail = route, 0, _NEVER
         if self.jitter is None:
             self._cross(h, now)
@@ -550,7 +555,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     ``max_ops`` (ops of all ranks together) and ``max_time`` (simulated seconds) bound the
     run: past either, ``RunLimitError``; None lifts the bound. ``jitter`` delays messages
     and computations at random (``Jitter``), to explore the orders a run may take.
-    ``tuner`` chooses how the collectives that ask (``algorithms.nccl.nccl_allreduce``) run
+    ``tuner`` chooses how the collectives that ask (``algorithms.tuned.nccl_allreduce``) run
     (``Comm.tuner``); by default ``simcomm.tuning.ModelTuner(topology)``, this model's
     fastest choice.
     """

@@ -32,7 +32,9 @@ from algorithms import ring_allreduce
 from algorithms.harness.catalog import COLLECTIVES
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
-from simcomm.topology import Link, PerProtocol, Topology, hierarchical, link_with, switch
+from simcomm.topology import (
+    NO_LAUNCH_LATENCY, Link, PerProtocol, Topology, duplex, hierarchical, switch,
+)
 
 GB = 1e9  # bytes/second per GB/s
 US = 1e-6  # seconds per microsecond
@@ -75,11 +77,7 @@ NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US)
 # Xeon CPUs (NVIDIA DGX H100 User Guide).
 A100_LL_BANDWIDTH = 87.7 * GB
 H100_LL_BANDWIDTH = 141.0 * GB
-
-
-def intel_hosts_ll_bandwidth(nodes: int) -> float:
-    """NCCL's llMaxBw across ``nodes`` nodes of Intel hosts: 39 GB/s on two, 20.4 on more."""
-    return (39.0 if nodes <= 2 else 20.4) * GB
+INTEL_HOSTS_LL_BANDWIDTH = {2: 39.0 * GB, 3: 20.4 * GB}  # nodes (3: three or more) -> rate
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
 # Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
 # which already covers a message's whole trip across the network.
@@ -113,6 +111,12 @@ PUBLISHED_BUSBW: Mapping[str, Published] = MappingProxyType({
 
 
 # -- builders ---------------------------------------------------------------------------------
+
+def h100_ll_bandwidth(nodes: int) -> float:
+    """NCCL's llMaxBw for DGX H100 nodes: one node's Hopper figure, or across ``nodes``
+    nodes of Intel hosts."""
+    return H100_LL_BANDWIDTH if nodes == 1 else INTEL_HOSTS_LL_BANDWIDTH[min(nodes, 3)]
+
 
 def _positive_int(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -158,9 +162,8 @@ def cluster_h100(nodes: int = 2) -> Topology:
                         NVLINK_STEP_LATENCY, NDR_NIC_DATA, NET_STEP_LATENCY,
                         nic_per_gpu=True, reduce_bandwidth=H100_SXM_HBM)
     return replace(topo, name=f"cluster-h100:nodes={nodes}",
-                   launch_latency=NCCL_LAUNCH_LATENCY,
-                   ll_bandwidth=(H100_LL_BANDWIDTH if nodes == 1
-                                 else intel_hosts_ll_bandwidth(nodes)), _routes={})
+                   launch_latency=NCCL_LAUNCH_LATENCY, ll_bandwidth=h100_ll_bandwidth(nodes),
+                   _routes={})
 
 
 def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: float = 1.0
@@ -185,17 +188,13 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     uplink = nodes_per_leaf * GPUS_PER_DGX * NDR_NIC_DATA / oversubscription
     gpus = [f"gpu{i}" for i in range(nodes * GPUS_PER_DGX)]
     links: list[Link] = []
-
-    def duplex(a: str, b: str, bandwidth: float, latency: float | PerProtocol) -> None:
-        links.extend((link_with(a, b, bandwidth, latency, 0.5),
-                      link_with(b, a, bandwidth, latency, 0.5)))
-
-    for i, gpu in enumerate(gpus):
+    for i, gpu in enumerate(gpus):  # latencies are GPU to GPU: half on each link of a path
         node = i // GPUS_PER_DGX
-        duplex(gpu, f"node{node}.switch", nvlink, NVLINK_STEP_LATENCY)
-        duplex(gpu, f"leaf{node // nodes_per_leaf}", NDR_NIC_DATA, NET_STEP_LATENCY)
+        links += duplex(gpu, f"node{node}.switch", nvlink, NVLINK_STEP_LATENCY, 0.5)
+        links += duplex(gpu, f"leaf{node // nodes_per_leaf}", NDR_NIC_DATA, NET_STEP_LATENCY,
+                        0.5)
     for leaf in range(leaves):
-        duplex(f"leaf{leaf}", "spine", uplink, 2 * SPINE_HOP_LATENCY)
+        links += duplex(f"leaf{leaf}", "spine", uplink, SPINE_HOP_LATENCY)
     names = (gpus + [f"node{n}.switch" for n in range(nodes)]
              + [f"leaf{leaf}" for leaf in range(leaves)] + ["spine"])
     ratio = f"{oversubscription:g}"
@@ -205,7 +204,7 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
             f"oversubscription={ratio}")
     return Topology(name, tuple(names), tuple(links), tuple(gpus),
                     (H100_SXM_HBM,) * len(gpus), GPUS_PER_DGX, NCCL_LAUNCH_LATENCY,
-                    H100_LL_BANDWIDTH if nodes == 1 else intel_hosts_ll_bandwidth(nodes))
+                    h100_ll_bandwidth(nodes))
 
 
 # -- the registry -----------------------------------------------------------------------------
@@ -335,7 +334,7 @@ def describe(topology: Topology) -> str:
         lines.append(f"  {label:<{width}}  {count:>5} links  {_gbps(bandwidth):>12}  "
                      f"{_us(latency):>9}{protocols}" + (f"  gap {_us(gap)}" if gap else ""))
     launch = topology.launch_latency
-    if launch != PerProtocol(0.0, 0.0, 0.0):
+    if launch != NO_LAUNCH_LATENCY:
         lines.append(f"launch latency per collective: Simple {_us(launch.simple)}, "
                      f"LL {_us(launch.ll)}, LL128 {_us(launch.ll128)}")
     reduce = Counter(topology.reduce_bandwidth)

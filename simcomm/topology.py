@@ -216,13 +216,14 @@ class Topology:
         return replace(self, name=f"{self.name}+jitter", links=links, _routes={})
 
 
-def _duplex(a: str, b: str, bandwidth: float, latency: float | PerProtocol,
+def duplex(a: str, b: str, bandwidth: float, latency: float | PerProtocol,
             share: float = 1.0) -> list[Link]:
     """Both directions of a cable with ``share`` of ``latency`` (each protocol's, if given)."""
-    return [link_with(a, b, bandwidth, latency, share), link_with(b, a, bandwidth, latency, share)]
+    return [_link_with(a, b, bandwidth, latency, share),
+            _link_with(b, a, bandwidth, latency, share)]
 
 
-def link_with(src: str, dst: str, bandwidth: float, latency: float | PerProtocol,
+def _link_with(src: str, dst: str, bandwidth: float, latency: float | PerProtocol,
               share: float = 1.0) -> Link:
     """A link with ``share`` of ``latency``: seconds, or seconds per protocol."""
     if isinstance(latency, PerProtocol):
@@ -251,7 +252,7 @@ def ring(ranks: int, bandwidth: float, latency: float | PerProtocol,
     pairs = {(min(i, (i + 1) % ranks), max(i, (i + 1) % ranks)) for i in range(ranks)}
     for i, j in sorted(pairs):
         if i != j:
-            links += _duplex(gpus[i], gpus[j], bandwidth, latency)
+            links += duplex(gpus[i], gpus[j], bandwidth, latency)
     return Topology("ring", tuple(gpus), tuple(links), tuple(gpus),
                     _reduce_bw(ranks, reduce_bandwidth))
 
@@ -260,7 +261,7 @@ def fully_connected(ranks: int, bandwidth: float, latency: float | PerProtocol,
                     reduce_bandwidth: float = math.inf) -> Topology:
     """A direct link each way between every pair of GPUs (an NVLink mesh)."""
     gpus = _gpus(ranks)
-    links = [link_with(a, b, bandwidth, latency) for a in gpus for b in gpus if a != b]
+    links = [_link_with(a, b, bandwidth, latency) for a in gpus for b in gpus if a != b]
     return Topology("fully_connected", tuple(gpus), tuple(links), tuple(gpus),
                     _reduce_bw(ranks, reduce_bandwidth))
 
@@ -275,7 +276,7 @@ def switch(ranks: int, bandwidth: float, latency: float | PerProtocol,
     gpus = _gpus(ranks)
     links: list[Link] = []
     for g in gpus:
-        links += _duplex(g, "switch", bandwidth, latency, 0.5)
+        links += duplex(g, "switch", bandwidth, latency, 0.5)
     return Topology("switch", tuple(gpus) + ("switch",), tuple(links), tuple(gpus),
                     _reduce_bw(ranks, reduce_bandwidth))
 
@@ -300,11 +301,11 @@ def hierarchical(nodes: int, gpus_per_node: int, intra_bandwidth: float,
         node_switch = f"node{n}.switch"
         names.append(node_switch)
         for g in gpus[n * gpus_per_node:(n + 1) * gpus_per_node]:
-            links += _duplex(g, node_switch, intra_bandwidth, intra_latency, 0.5)
+            links += duplex(g, node_switch, intra_bandwidth, intra_latency, 0.5)
             if nic_per_gpu:
-                links += _duplex(g, "net", inter_bandwidth, inter_latency, 0.5)
+                links += duplex(g, "net", inter_bandwidth, inter_latency, 0.5)
         if not nic_per_gpu:
-            links += _duplex(node_switch, "net", inter_bandwidth, inter_latency, 0.5)
+            links += duplex(node_switch, "net", inter_bandwidth, inter_latency, 0.5)
     names.append("net")
     return Topology("hierarchical", tuple(names), tuple(links), tuple(gpus),
                     _reduce_bw(len(gpus), reduce_bandwidth), gpus_per_node)

@@ -46,6 +46,8 @@ class ModelTuner:
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
+        # Rings and trees alike run one channel per rank of a node: every NIC busy.
+        self.channels = topology.local_size or topology.size
         self._choices: dict[tuple[str, int], Choice] = {}
 
     def __call__(self, collective: str, nbytes: int) -> Choice:
@@ -62,13 +64,9 @@ class ModelTuner:
         if collective not in CANDIDATES:
             raise ValueError(f"no tuner for collective {collective!r}; known: "
                              f"{', '.join(CANDIDATES)}")
-        return {choice: self.estimate(collective, choice, nbytes)
-                for algorithm in CANDIDATES[collective] for protocol in Protocol
-                for choice in (Choice(algorithm, protocol, self.channels(algorithm)),)}
-
-    def channels(self, algorithm: str) -> int:
-        """Channels ``algorithm`` runs on: one per rank of a node (every NIC busy)."""
-        return self.topology.local_size or self.topology.size
+        candidates = [Choice(algorithm, protocol, self.channels)
+                      for algorithm in CANDIDATES[collective] for protocol in Protocol]
+        return {choice: self.estimate(collective, choice, nbytes) for choice in candidates}
 
     def estimate(self, collective: str, choice: Choice, nbytes: int) -> float:
         """Estimated seconds of ``collective`` of ``nbytes`` per rank run as ``choice``."""

@@ -24,7 +24,7 @@ from algorithms.ops import Choice, Protocol
 COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
            "nNodes", "nRanks")
 COLLECTIVES = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce")
-# NCCL's algorithm names that this project runs (``algorithms.nccl.nccl_allreduce``).
+# NCCL's algorithm names that this project runs (``algorithms.tuned.nccl_allreduce``).
 ALGORITHMS = ("ring", "tree")
 MAX_BYTES = 2**64 - 1  # size_t's largest: the last range of a file covers every larger size
 
