@@ -18,19 +18,22 @@ from algorithms.nccl import (
 from algorithms.nccl_tree import (
     binary_tree, double_binary_tree, nccl_tree_allreduce, tree_channels, tree_position,
 )
+from algorithms.nvls import nvls_allreduce, nvls_channels
 from algorithms.ops import (
     AVG, MAX, MIN, PROD, SUM, Alloc, Choice, Combine, Comm, Compute, Copy, Divide, Footprint,
-    Join, Launch, Op, Protocol, Recv, ReduceOp, Send, Spawn, Tuner, Wait,
+    Join, Launch, Multicast, Op, Protocol, Recv, RecvReduce, ReduceOp, Send, Spawn, Tuner, Wait,
 )
 from algorithms.tuned import nccl_all_gather, nccl_allreduce, nccl_reduce_scatter
 
 __all__ = [
     "AVG", "MAX", "MIN", "PROD", "SUM", "Alloc", "Choice", "Combine", "Comm", "Compute", "Copy",
-    "Divide", "Footprint", "Join", "Launch", "Op", "Protocol", "Recv", "ReduceOp", "Send",
+    "Divide", "Footprint", "Join", "Launch", "Multicast", "Op", "Protocol", "Recv",
+    "RecvReduce", "ReduceOp", "Send",
     "Spawn", "Tuner", "Wait", "all_gather", "all_to_all", "alltoall_allreduce", "binary_tree",
     "broadcast", "chunk_bounds", "double_binary_tree", "hierarchical_allreduce",
     "nccl_all_gather", "nccl_allreduce", "nccl_reduce_scatter", "nccl_ring_all_gather",
-    "nccl_ring_allreduce", "nccl_ring_reduce_scatter", "nccl_tree_allreduce", "rail_ring",
+    "nccl_ring_allreduce", "nccl_ring_reduce_scatter", "nccl_tree_allreduce", "nvls_allreduce",
+    "nvls_channels", "rail_ring",
     "reduce", "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "ring_channels",
     "split_even", "split_sizes", "tree_channels", "tree_position",
 ]

@@ -74,6 +74,9 @@ class Send:
     buf: Any
     label: str = ""
     protocol: Protocol = Protocol.SIMPLE
+    # A contribution to the peer's ``RecvReduce``: in a switch that reduces, the switch sums
+    # the contributions on their way and pulls them when the receive is posted.
+    in_switch: bool = False
 
     def __post_init__(self) -> None:
         # type() rather than isinstance(): it turns bools away, and ops are made per message.
@@ -81,6 +84,8 @@ class Send:
             raise _bad_rank(self.peer, "Send.peer")
         if self.protocol is not _SIMPLE and type(self.protocol) is not Protocol:
             raise TypeError(f"Send.protocol must be a Protocol, got {self.protocol!r}")
+        if self.in_switch is not False and self.in_switch is not True:
+            raise TypeError(f"Send.in_switch must be a bool, got {self.in_switch!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -101,6 +106,56 @@ class Recv:
             raise _bad_rank(self.peer, "Recv.peer")
         if self.reduce is not None and type(self.reduce) is not ReduceOp:
             raise TypeError(f"Recv.reduce must be a ReduceOp or None, got {self.reduce!r}")
+
+
+def _check_peers(peers: tuple[int, ...], what: str) -> None:
+    if type(peers) is not tuple or not peers:
+        raise TypeError(f"{what}.peers must be a non-empty tuple of ranks, got {peers!r}")
+    for peer in peers:
+        if type(peer) is not int or peer < 0:
+            raise _bad_rank(peer, f"{what}.peers")
+    if len(set(peers)) != len(peers):
+        raise ValueError(f"{what}.peers names a rank twice: {peers!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Multicast:
+    """Send ``buf`` to every rank of ``peers``, each of which posts a plain ``Recv``.
+    Returns a tuple of handles, one per peer, to ``Wait`` on.
+
+    Through a switch that multicasts (NVLink SHARP's ``multimem.st``) the data cross the
+    sender's link once and the switch copies them to every member of the group, the sender
+    included; elsewhere it is a ``Send`` to each peer. Always under the Simple protocol.
+    """
+
+    peers: tuple[int, ...]
+    buf: Any
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        _check_peers(self.peers, "Multicast")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RecvReduce:
+    """Combine into ``buf`` with ``op`` what every rank of ``peers`` sends it, each with a
+    ``Send(..., in_switch=True)``. Returns a tuple of handles, one per peer, to ``Wait`` on
+    together.
+
+    A switch that reduces (NVLink SHARP's ``multimem.ld_reduce``) pulls the contributions
+    when the receive is posted, the receiver's own included, sums them, and sends the sum
+    across the receiver's link once; elsewhere it is a reducing ``Recv`` from each peer.
+    """
+
+    peers: tuple[int, ...]
+    buf: Any
+    op: ReduceOp = ReduceOp.SUM
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        _check_peers(self.peers, "RecvReduce")
+        if type(self.op) is not ReduceOp:
+            raise TypeError(f"RecvReduce.op must be a ReduceOp, got {self.op!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False, init=False)
@@ -250,8 +305,8 @@ class Launch:
         return f"{self.algorithm or '?'}/{self.protocol.value.upper()}/{self.channels}"
 
 
-Op = (Send | Recv | Wait | Compute | Copy | Combine | Divide | Alloc | Spawn | Join | Footprint
-      | Launch)
+Op = (Send | Recv | Multicast | RecvReduce | Wait | Compute | Copy | Combine | Divide | Alloc
+      | Spawn | Join | Footprint | Launch)
 
 
 @dataclass(frozen=True, slots=True)

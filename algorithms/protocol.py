@@ -14,6 +14,9 @@ The rules:
   blocks; then its spawner goes on.
 * ``Send`` and ``Recv`` name a peer other than the rank itself, inside the world. They
   return a handle that the task that posted it waits exactly once, before the task returns.
+  ``Multicast`` and ``RecvReduce`` are a ``Send`` or a reducing ``Recv`` per peer, and
+  return a handle per peer. A ``Send`` with ``in_switch`` is matched by a ``RecvReduce``'s
+  receive and by nothing else, and a ``RecvReduce``'s receives by such sends only.
 * ``Join`` names another task of the same rank; any task may join any other, any number of
   times; every spawned task is joined at least once before its spawner returns.
 * ``Copy`` and ``Combine`` work on two buffers of equal length and dtype.
@@ -33,8 +36,8 @@ from collections.abc import Callable, Generator, Hashable
 from typing import Any
 
 from algorithms.ops import (
-    Alloc, Combine, Compute, Copy, Divide, Footprint, Join, Launch, Recv, ReduceOp, Send, Spawn,
-    Wait,
+    Alloc, Combine, Compute, Copy, Divide, Footprint, Join, Launch, Multicast, Recv, RecvReduce,
+    ReduceOp, Send, Spawn, Wait,
 )
 
 MAIN_CHANNEL = 0
@@ -141,7 +144,8 @@ class Interpreter(ABC):
         self.posted = 0
         self.live_channels: set[tuple[int, Hashable]] = set()
         self.handlers: dict[type, Callable[[Any, Any], Any]] = {
-            Send: self.send, Recv: self.recv, Wait: self.wait, Compute: self.compute,
+            Send: self.send, Recv: self.recv, Multicast: self.multicast,
+            RecvReduce: self.recv_reduce, Wait: self.wait, Compute: self.compute,
             Copy: self.copy, Combine: self.combine, Divide: self.divide, Alloc: self.alloc,
             Spawn: self.spawn, Join: self.join, Footprint: self.footprint,
             Launch: self.launch,
@@ -198,6 +202,16 @@ class Interpreter(ABC):
     @abstractmethod
     def alloc(self, task: Any, op: Alloc) -> Any:
         """Return a new zeroed buffer like ``op.like``."""
+
+    def multicast(self, task: Any, op: Multicast) -> tuple[Any, ...]:
+        """Post a multicast: by default a ``Send`` to each peer (a simulator with switches
+        that multicast overrides it)."""
+        return tuple(self.send(task, Send(peer, op.buf, op.label)) for peer in op.peers)
+
+    def recv_reduce(self, task: Any, op: RecvReduce) -> tuple[Any, ...]:
+        """Post a reduction of the peers' contributions: by default a reducing ``Recv``
+        from each peer (a simulator with switches that reduce overrides it)."""
+        return tuple(self.recv(task, Recv(peer, op.buf, op.op, op.label)) for peer in op.peers)
 
     def footprint(self, task: Any, op: Footprint) -> Any:
         """Account memory (the simulator) or nothing (real memory is real)."""

@@ -24,6 +24,16 @@ Cost model (alpha-beta with contention):
   sender's own LL pipe, a link of ``Topology.ll_bandwidth`` and no latency that all the
   rank's LL sends share. A ``Launch`` holds its task for the topology's launch latency
   under its protocol.
+* In a switch that reduces and multicasts (``Topology.reducing_switches``, NVLink SHARP), a
+  ``Multicast`` crosses the links up to the switch once, then a copy goes on to every peer
+  and one back to the sender; a ``RecvReduce`` pulls its contributions (``Send`` with
+  ``in_switch``) when it and all of them are posted: each crosses its links up to the
+  switch, the receiver's own contribution too, and once every head is there the sum goes
+  on down to the receiver, cut-through as any message, with no reduction charged to the
+  receiver's memory. Both move at ``Topology.switch_efficiency`` of their links'
+  bandwidth, under Simple's latencies, and wait ``Topology.switch_latency`` in the switch.
+  Elsewhere they are plain sends and reducing receives (an ``in_switch`` send then leaves
+  when its receive is posted, pulled).
 * A reducing receive, a ``Combine``, a ``Copy`` and a ``Divide`` of n bytes take
   n / reduce_bandwidth seconds on the rank's memory, one at a time. ``Compute`` runs on
   the rank's compute stream, one at a time, concurrently with communication.
@@ -45,8 +55,8 @@ import numpy as np
 import simpy
 
 from algorithms.ops import (
-    Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Launch, Protocol, Recv, ReduceOp,
-    Send, Tuner, Wait,
+    Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Launch, Multicast, Protocol, Recv,
+    RecvReduce, ReduceOp, Send, Tuner, Wait,
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
@@ -101,7 +111,7 @@ class _Handle(Handle):
     """
 
     __slots__ = ("nbytes", "data", "recv", "matched", "done", "arrived", "posted",
-                 "message", "route", "hop", "tail", "trace_index")
+                 "message", "route", "hop", "tail", "trace_index", "in_switch", "group")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
                  reduce: ReduceOp | None, posted: float, label: str, span: Span | None
@@ -122,6 +132,9 @@ class _Handle(Handle):
         self.matched = False
         self.done = self.arrived = False
         self.posted = posted
+        # A Send's in_switch; a Recv's RecvReduce (a _Reduction), if it is one's receive.
+        self.in_switch = False
+        self.group: _Reduction | None = None
 
     def describe(self) -> str:
         if self.is_send:
@@ -129,6 +142,37 @@ class _Handle(Handle):
         else:
             state = "matched" if self.matched else "no matching Send was posted"
         return f"{super().describe()[:-1]}; {state})"
+
+
+Route = tuple[tuple[int, float, int, int], ...]  # per link: index, ticks per byte, latency, gap
+
+
+class _Leg:
+    """Traffic of an in-switch op that no one send owns: a multicast's way up to the switch,
+    a contribution's way up, the sum's way down, or the switch's copy back to the sender.
+    ``then(leg)`` runs when its head has crossed its last link (cut-through: the tail may
+    still be on the way, ``tail`` says when it arrives)."""
+
+    __slots__ = ("nbytes", "route", "hop", "tail", "message", "then")
+
+    def __init__(self, nbytes: int, route: Route, message: int,
+                 then: Callable[[_Leg], None] | None, tail: int = -(10**40)) -> None:
+        self.nbytes, self.route, self.message, self.then = nbytes, route, message, then
+        self.hop, self.tail = 0, tail
+
+
+class _Reduction:
+    """A ``RecvReduce`` that a switch sums: its receives, the sends matched to them, and
+    its legs' progress."""
+
+    __slots__ = ("recvs", "sends", "plan", "legs_left", "tail")
+
+    def __init__(self, plan: tuple[dict[int, Route], Route, Route] | None) -> None:
+        self.recvs: list[_Handle] = []
+        self.sends: list[_Handle] = []
+        self.plan = plan  # peer -> way up, own way up, way down; None: no switch sums it
+        self.legs_left = 0
+        self.tail = -(10**40)
 
 
 class _Task(Task):
@@ -178,6 +222,8 @@ class _Simulation(Interpreter):
         self.hops: list[Hop] = []
         self.messages = 0
         self.launches: list[Launch] = []
+        self.reducing = frozenset(topology.reducing_switches)
+        self.plans: dict[tuple[int, tuple[int, ...]], Any] = {}
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -213,7 +259,7 @@ class _Simulation(Interpreter):
 
     # -- point to point ------------------------------------------------------------------
 
-    def send(self, task: _Task, op: Send) -> _Handle:
+    def send(self, task: _Task, op: Send, branch: bool = False) -> _Handle:
         src, dst, now = task.rank, op.peer, self.env.now
         if dst >= self.size or dst == src:  # Send itself checked that dst >= 0
             self.check_peer(task, dst, "Send")
@@ -237,11 +283,10 @@ class _Simulation(Interpreter):
         if route is None:
             route = routes[(src, dst)] = self._route(src, dst, protocol)
         h.route, h.hop, h.tail = route, 0, _NEVER
-        if self.jitter is None:
-            self._cross(h, now)
-        else:  # it leaves a little late; _on_hop puts it on its first link then
-            delay = _ticks(self.jitter_rng.uniform(0.0, self.jitter.max_delay))
-            self.env.timeout(delay, h).callbacks.append(self._on_hop)
+        if op.in_switch:  # pulled by its RecvReduce: it leaves when that is posted
+            h.in_switch = True
+        elif not branch:  # a multicast's branch leaves from the switch
+            self._leave(h)
         sends, recvs = self.queues[src, dst, task.channel]
         if recvs:
             self._pair(h, recvs.popleft())
@@ -249,8 +294,14 @@ class _Simulation(Interpreter):
             sends.append(h)
         return h
 
-    def _route(self, src: int, dst: int, protocol: Protocol
-               ) -> tuple[tuple[int, float, int, int], ...]:
+    def _leave(self, h: _Handle) -> None:
+        if self.jitter is None:
+            self._cross(h, self.env.now)
+        else:  # it leaves a little late; _on_hop puts it on its first link then
+            delay = _ticks(self.jitter_rng.uniform(0.0, self.jitter.max_delay))
+            self.env.timeout(delay, h).callbacks.append(self._on_hop)
+
+    def _route(self, src: int, dst: int, protocol: Protocol) -> Route:
         per_data_byte = TICKS_PER_SECOND / WIRE_EFFICIENCY[protocol]
         route = tuple((i, per_data_byte / self.links[i].bandwidth,
                        _ticks(self.links[i].latency_of(protocol)), _ticks(self.links[i].gap))
@@ -280,14 +331,17 @@ class _Simulation(Interpreter):
         h.hop = hop = hop + 1
         h.tail = tail = end + latency
         if hop == len(h.route):
-            self.env.timeout(tail - head, h).callbacks.append(self._on_arrival)
+            if h.__class__ is _Leg:
+                self.env.timeout(enter + latency - head, h).callbacks.append(self._on_leg_end)
+            else:
+                self.env.timeout(tail - head, h).callbacks.append(self._on_arrival)
         else:
             self.env.timeout(enter + latency - head, h).callbacks.append(self._on_hop)
 
     def _on_hop(self, event: simpy.Event) -> None:
         self._cross(event.value, self.env.now)
 
-    def recv(self, task: _Task, op: Recv) -> _Handle:
+    def recv(self, task: _Task, op: Recv, group: _Reduction | None = None) -> _Handle:
         src, dst = op.peer, task.rank
         if src >= self.size or src == dst:  # Recv itself checked that src >= 0
             self.check_peer(task, src, "Recv")
@@ -295,6 +349,9 @@ class _Simulation(Interpreter):
                     _span(op.buf) if self.has_data else None)
         if h.span is not None:
             self.guard(h)
+        if group is not None:
+            h.group = group
+            group.recvs.append(h)
         sends, recvs = self.queues[src, dst, task.channel]
         if sends:
             self._pair(sends.popleft(), h)
@@ -311,8 +368,17 @@ class _Simulation(Interpreter):
                 f"carries {len(sent)} x {sent.dtype}")
         if (send.data is None) != (not isinstance(buf, np.ndarray)):
             raise ProtocolError(f"ranks {src} and {dst} mix size-only and numpy buffers")
+        if send.in_switch != (recv.group is not None):
+            raise ProtocolError(
+                f"rank {src}'s Send to rank {dst} on channel {recv.task.channel!r} "
+                + (f"is in_switch, but rank {dst} matched it with a plain Recv" if send.in_switch
+                   else f"is not in_switch, but rank {dst} matched it with a RecvReduce")
+                + ": a RecvReduce takes in_switch sends, and they go to nothing else")
         send.recv = recv
         recv.matched, recv.data, recv.message = True, send.data, send.message
+        if recv.group is not None:
+            self._pulled(send, recv.group)
+            return
         if send.arrived:
             if not send.done:
                 # The send waited for this receive (rendezvous). Its task goes on from the
@@ -320,6 +386,141 @@ class _Simulation(Interpreter):
                 # across many ranks would otherwise nest as deep as the chain.
                 self.env.timeout(0, send).callbacks.append(self._on_received_late)
             self._deliver(send)
+
+    # -- in the switch -------------------------------------------------------------------
+
+    def multicast(self, task: _Task, op: Multicast) -> tuple[_Handle, ...]:
+        plan = self._multicast_plan(task.rank, op.peers)
+        if plan is None:
+            return super().multicast(task, op)
+        up, downs, own = plan
+        branches = []
+        for peer in op.peers:  # each a Send whose way starts in the switch
+            h = self.send(task, Send(peer, op.buf, op.label), branch=True)
+            h.route = downs[peer]
+            branches.append(h)
+
+        def fork(carrier: _Leg) -> None:
+            for h in branches:
+                h.tail = carrier.tail
+                self._cross(h, self.env.now)
+            self._cross(_Leg(carrier.nbytes, own, -1, None, carrier.tail), self.env.now)
+
+        self._cross(_Leg(op.buf.nbytes, up, branches[0].message, fork), self.env.now)
+        return tuple(branches)
+
+    def recv_reduce(self, task: _Task, op: RecvReduce) -> tuple[_Handle, ...]:
+        group = _Reduction(self._reduction_plan(task.rank, op.peers))
+        return tuple(self.recv(task, Recv(peer, op.buf, op.op, op.label), group)
+                     for peer in op.peers)
+
+    def _pulled(self, send: _Handle, group: _Reduction) -> None:
+        # An in_switch send met its RecvReduce's receive: its data may leave now.
+        if group.plan is None:
+            self._leave(send)
+            return
+        group.sends.append(send)
+        ups, own, _ = group.plan
+        if len(group.sends) < len(ups):
+            return
+        group.legs_left = len(ups) + 1
+        for h in group.sends:
+            self._cross(_Leg(h.nbytes, ups[h.task.rank], h.message, self._summed_up(group)),
+                        self.env.now)
+        self._cross(_Leg(send.nbytes, own, -1, self._summed_up(group)), self.env.now)
+
+    def _summed_up(self, group: _Reduction) -> Callable[[_Leg], None]:
+        def arrived(leg: _Leg) -> None:
+            # Every head at the switch: the sum goes down, its tail after the last one's.
+            group.legs_left -= 1
+            group.tail = max(group.tail, leg.tail)
+            if group.legs_left == 0:
+                down = group.plan[2]
+                self._cross(_Leg(leg.nbytes, down, group.sends[0].message,
+                                 lambda sum_: self._sum_arrives(group, sum_), group.tail),
+                            self.env.now)
+        return arrived
+
+    def _sum_arrives(self, group: _Reduction, leg: _Leg) -> None:
+        def land(_event: simpy.Event) -> None:
+            for send in group.sends:
+                send.arrived = True
+                if send.trace_index >= 0:
+                    self.trace[send.trace_index] = self.trace[send.trace_index]._replace(
+                        end=self.env.now / TICKS_PER_SECOND)
+                self._complete(send)
+                self._complete(send.recv)  # the switch summed: no reduction in memory
+        self.env.timeout(leg.tail - self.env.now).callbacks.append(land)
+
+    def _on_leg_end(self, event: simpy.Event) -> None:
+        leg = event.value
+        if leg.then is not None:
+            leg.then(leg)
+
+    def _switch_route(self, links: Sequence[int], into_switch: bool = False) -> Route:
+        # The way into the switch carries the switch's own latency on its last link.
+        per_byte = TICKS_PER_SECOND / self.topology.switch_efficiency
+        route = [(i, per_byte / self.links[i].bandwidth, _ticks(self.links[i].latency),
+                  _ticks(self.links[i].gap)) for i in links]
+        if into_switch and route:
+            i, per_byte, latency, gap = route[-1]
+            route[-1] = (i, per_byte, latency + _ticks(self.topology.switch_latency), gap)
+        return tuple(route)
+
+    def _split_at_switch(self, src: int, dst: int) -> tuple[str, int] | None:
+        """The first reducing switch on the route from ``src`` to ``dst``, and how many of
+        the route's links lead into it; None if there is none."""
+        for k, i in enumerate(self.topology.route(src, dst)):
+            if self.links[i].dst in self.reducing:
+                return self.links[i].dst, k + 1
+        return None
+
+    def _multicast_plan(self, src: int, peers: tuple[int, ...]
+                        ) -> tuple[Route, dict[int, Route], Route] | None:
+        """The way up to the switch, the way down to each peer and back to ``src``; None
+        unless one switch that multicasts is on every peer's route, after the same links."""
+        key = (src, peers)
+        if key not in self.plans:
+            self.plans[key] = self._plan(src, peers, inbound=False)
+        return self.plans[key]
+
+    def _reduction_plan(self, dst: int, peers: tuple[int, ...]
+                        ) -> tuple[dict[int, Route], Route, Route] | None:
+        """Each peer's way up to the switch, ``dst``'s own, and the way down to ``dst``;
+        None unless every peer's route meets one switch that reduces, and goes on from it
+        along the same links."""
+        key = (-1 - dst, peers)
+        if key not in self.plans:
+            self.plans[key] = self._plan(dst, peers, inbound=True)
+        return self.plans[key]
+
+    def _plan(self, rank: int, peers: tuple[int, ...], inbound: bool) -> Any:
+        if not self.reducing or any(p >= self.size or p == rank for p in peers):
+            return None  # a bad peer is reported by the Send or Recv it falls back to
+        route = self.topology.route
+        splits = {p: self._split_at_switch(*((p, rank) if inbound else (rank, p)))
+                  for p in peers}
+        if None in splits.values() or len({where for where, _ in splits.values()}) > 1:
+            return None
+        # The rank's own way up (inbound) or down (outbound) through the same switch.
+        first, switch = peers[0], splits[peers[0]][0]
+        own = self._split_at_switch(*((rank, first) if inbound else (first, rank)))
+        if own is None or own[0] != switch:
+            return None
+        if inbound:
+            downs = {route(p, rank)[k:] for p, (_, k) in splits.items()}
+            if len(downs) > 1:
+                return None
+            return ({p: self._switch_route(route(p, rank)[:k], True)
+                     for p, (_, k) in splits.items()},
+                    self._switch_route(route(rank, first)[:own[1]], True),
+                    self._switch_route(downs.pop()))
+        ups = {route(rank, p)[:k] for p, (_, k) in splits.items()}
+        if len(ups) > 1:
+            return None
+        return (self._switch_route(ups.pop(), True),
+                {p: self._switch_route(route(rank, p)[k:]) for p, (_, k) in splits.items()},
+                self._switch_route(route(first, rank)[own[1]:]))
 
     def _on_arrival(self, event: simpy.Event) -> None:
         send = event.value

@@ -78,6 +78,14 @@ NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US)
 A100_LL_BANDWIDTH = 87.7 * GB
 H100_LL_BANDWIDTH = 141.0 * GB
 INTEL_HOSTS_LL_BANDWIDTH = {2: 39.0 * GB, 3: 20.4 * GB}  # nodes (3: three or more) -> rate
+# NVLink SHARP (NVLS): H100's NVSwitches reduce and multicast. NCCL's cost model gives the
+# NVLS all-reduce 5/6 of the links' bandwidth and a latency of 25 us over NVLink, its whole
+# cost with no base latency (the NVLS ratio and hwLat, NVIDIA/nccl v2.26.2
+# src/graph/tuning.cc). Here an NVLS all-reduce pays the Simple launch (8.4 us) and two
+# in-switch steps of one GPU-to-GPU latency (3.4 us) each; each step's wait in the switch
+# makes up the rest, so the total is NCCL's 25 us.
+NVLS_EFFICIENCY = 5 / 6
+NVLS_SWITCH_LATENCY = (25.0 - 8.4 - 2 * 3.4) / 2 * US
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
 # Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
 # which already covers a message's whole trip across the network.
@@ -131,9 +139,19 @@ def dgx_a100(gpus: int = GPUS_PER_DGX) -> Topology:
 
 
 def dgx_h100(gpus: int = GPUS_PER_DGX) -> Topology:
-    """DGX H100: 8 H100 SXM5 on NVSwitch, or the first ``gpus`` of them."""
-    return _dgx("dgx-h100", gpus, H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
-                H100_LL_BANDWIDTH)
+    """DGX H100: 8 H100 SXM5 on NVSwitch, or the first ``gpus`` of them; the NVSwitch
+    reduces and multicasts (NVLS)."""
+    return with_nvls(_dgx("dgx-h100", gpus, H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
+                          H100_LL_BANDWIDTH))
+
+
+def with_nvls(topology: Topology) -> Topology:
+    """``topology`` with the NVSwitch of each node (a node named ``switch`` or
+    ``nodeN.switch``) reducing and multicasting as H100's do (the NVLS figures above)."""
+    switches = tuple(node for node in topology.nodes
+                     if node == "switch" or node.endswith(".switch"))
+    return replace(topology, reducing_switches=switches, switch_efficiency=NVLS_EFFICIENCY,
+                   switch_latency=NVLS_SWITCH_LATENCY, _routes={})
 
 
 def _dgx(name: str, gpus: int, nvlink: float, hbm: float, ll_bandwidth: float) -> Topology:
@@ -161,9 +179,9 @@ def cluster_h100(nodes: int = 2) -> Topology:
     topo = hierarchical(nodes, GPUS_PER_DGX, H100_NVLINKS * H100_NVLINK_DATA,
                         NVLINK_STEP_LATENCY, NDR_NIC_DATA, NET_STEP_LATENCY,
                         nic_per_gpu=True, reduce_bandwidth=H100_SXM_HBM)
-    return replace(topo, name=f"cluster-h100:nodes={nodes}",
-                   launch_latency=NCCL_LAUNCH_LATENCY, ll_bandwidth=h100_ll_bandwidth(nodes),
-                   _routes={})
+    return with_nvls(replace(topo, name=f"cluster-h100:nodes={nodes}",
+                             launch_latency=NCCL_LAUNCH_LATENCY,
+                             ll_bandwidth=h100_ll_bandwidth(nodes)))
 
 
 def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: float = 1.0
@@ -202,9 +220,9 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
         ratio = repr(float(oversubscription))
     name = (f"fattree-h100:nodes={nodes},nodes_per_leaf={nodes_per_leaf},"
             f"oversubscription={ratio}")
-    return Topology(name, tuple(names), tuple(links), tuple(gpus),
-                    (H100_SXM_HBM,) * len(gpus), GPUS_PER_DGX, NCCL_LAUNCH_LATENCY,
-                    h100_ll_bandwidth(nodes))
+    return with_nvls(Topology(name, tuple(names), tuple(links), tuple(gpus),
+                              (H100_SXM_HBM,) * len(gpus), GPUS_PER_DGX, NCCL_LAUNCH_LATENCY,
+                              h100_ll_bandwidth(nodes)))
 
 
 # -- the registry -----------------------------------------------------------------------------
@@ -225,7 +243,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
            "per direction, HBM 2039 GB/s (gpus=8: fewer take part)", dgx_a100,
            (("gpus", GPUS_PER_DGX),)),
     Preset("dgx-h100", "8x H100 SXM5 on NVSwitch: 370.8 GB/s NVLink data rate per GPU per "
-           "direction, HBM 3350 GB/s (gpus=8: fewer take part)", dgx_h100,
+           "direction, NVLS, HBM 3350 GB/s (gpus=8: fewer take part)", dgx_h100,
            (("gpus", GPUS_PER_DGX),)),
     Preset("pcie-a100", "A100 80GB PCIe cards on one PCIe Gen4 x16 switch, 24 GB/s per GPU "
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
@@ -337,6 +355,12 @@ def describe(topology: Topology) -> str:
     if launch != NO_LAUNCH_LATENCY:
         lines.append(f"launch latency per collective: Simple {_us(launch.simple)}, "
                      f"LL {_us(launch.ll)}, LL128 {_us(launch.ll128)}")
+    if topology.reducing_switches:
+        lines.append(f"reduce and multicast in switch (NVLS): "
+                     f"{' '.join(topology.reducing_switches[:4])}"
+                     + (" ..." if len(topology.reducing_switches) > 4 else "")
+                     + f" at {topology.switch_efficiency:.3g} of link bandwidth, "
+                       f"{_us(topology.switch_latency)} per op")
     reduce = Counter(topology.reduce_bandwidth)
     if len(reduce) == 1:
         lines.append(f"reduce bandwidth: {_gbps(topology.reduce_bandwidth[0])} on every rank")

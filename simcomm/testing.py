@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -100,7 +100,8 @@ _LATENCIES = st.floats(0.0, 1e-5, allow_subnormal=False)  # seconds
 @st.composite
 def topologies(draw: st.DrawFn, world_size: int) -> Topology:
     """Ring, fully connected, switch or hierarchical topologies of ``world_size`` ranks with
-    random bandwidths, latencies and reduction bandwidths, and random extra latency per link."""
+    random bandwidths, latencies and reduction bandwidths, switches that may reduce and
+    multicast (NVLS), and random extra latency per link."""
     kind = draw(st.sampled_from(("ring", "fully_connected", "switch", "hierarchical")))
     bandwidth, latency = draw(_BANDWIDTHS), draw(_LATENCIES)
     reduce_bandwidth = draw(st.one_of(st.just(math.inf), _BANDWIDTHS))
@@ -114,6 +115,11 @@ def topologies(draw: st.DrawFn, world_size: int) -> Topology:
     else:
         build = {"ring": ring, "fully_connected": fully_connected, "switch": switch}[kind]
         topology = build(world_size, bandwidth, latency, reduce_bandwidth)
+    switches = tuple(n for n in topology.nodes if n == "switch" or n.endswith(".switch"))
+    if switches and draw(st.booleans()):  # switches that reduce and multicast (NVLS)
+        topology = replace(topology, reducing_switches=switches,
+                           switch_efficiency=draw(st.floats(0.1, 1.0)),
+                           switch_latency=draw(_LATENCIES), _routes={})
     max_jitter = draw(_LATENCIES)
     if max_jitter > 0:
         topology = topology.with_latency_jitter(draw(st.integers(0, 2**32 - 1)), max_jitter)

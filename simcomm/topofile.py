@@ -13,6 +13,9 @@ Two forms. The explicit form lists nodes and links::
     launch_latency_ll128 = "14us"    # default 0; LL's and LL128's default: launch_latency)
     ll_bandwidth = "39GB/s"          # what one GPU sends per second under LL, all links
                                      # together (optional; default: no limit)
+    reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
+    switch_efficiency = 0.8333       # their share of a link's bandwidth (default 1)
+    switch_latency = "4.9us"         # what each in-switch op waits there (default 0)
 
     [defaults]                       # for every link and GPU that does not say otherwise
     bandwidth = "100GB/s"            # per direction
@@ -42,7 +45,8 @@ Instead of ``gpus`` and ``switches`` a file may list ``nodes`` (every node, in o
     latency_ll = "0.6us"             # optional, as latency_ll128; hierarchical takes
                                      # intra_latency_ll, inter_latency_ll128, ...
     reduce_bandwidth = "3350GB/s"
-    launch_latency = "8.4us"         # optional, as in the explicit form (ll_bandwidth too)
+    launch_latency = "8.4us"         # optional, as in the explicit form (ll_bandwidth and
+                                     # the switch keys too)
 
 A link's LL or LL128 latency that no key gives is None: the link's ``latency`` (Simple's)
 applies. In the builder form, giving one of a latency's LL and LL128 figures builds with
@@ -80,8 +84,10 @@ class TopologyFileError(ValueError):
 
 # Top-level keys of the launch latency per protocol, in PerProtocol's field order.
 _LAUNCH_KEYS = ("launch_latency", "launch_latency_ll", "launch_latency_ll128")
-_EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_LAUNCH_KEYS,
-                  "ll_bandwidth",
+# Keys of what the machine does besides its links, in both forms.
+_MACHINE_KEYS = (*_LAUNCH_KEYS, "ll_bandwidth", "reducing_switches", "switch_efficiency",
+                 "switch_latency")
+_EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
 _PROTOCOL_LATENCIES = (("latency_ll", "ll_latency"), ("latency_ll128", "ll128_latency"))
@@ -221,12 +227,30 @@ def _from_tables(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
                    else reduce_default for g in rank_nodes)
     local_size = (reader.count(data["local_size"], "local_size") if "local_size" in data
                   else None)
-    launch = _read_launch(reader, data)
+    machine = _read_machine(reader, data)
     try:
         return Topology(name, tuple(nodes), tuple(links), tuple(rank_nodes), reduce, local_size,
-                        launch, _read_ll_bandwidth(reader, data))
+                        **machine)
     except ValueError as error:
         raise reader.error("", str(error)) from None
+
+
+def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
+    """``Topology`` fields of ``_MACHINE_KEYS``: launch latency, LL bandwidth, switches."""
+    machine: dict[str, Any] = {"launch_latency": _read_launch(reader, data),
+                               "ll_bandwidth": _read_ll_bandwidth(reader, data)}
+    if "reducing_switches" in data:
+        machine["reducing_switches"] = tuple(reader.names(data["reducing_switches"],
+                                                          "reducing_switches"))
+    if "switch_efficiency" in data:
+        share = data["switch_efficiency"]
+        if not (isinstance(share, (int, float)) and not isinstance(share, bool)
+                and 0 < share <= 1):
+            raise reader.error("switch_efficiency", f"must be a number in (0, 1], got {share!r}")
+        machine["switch_efficiency"] = float(share)
+    if "switch_latency" in data:
+        machine["switch_latency"] = reader.latency(data["switch_latency"], "switch_latency")
+    return machine
 
 
 def _read_ll_bandwidth(reader: _Reader, data: dict[str, Any]) -> float:
@@ -365,7 +389,7 @@ def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     latencies = [key for key, parse, _ in params if parse == "latency"]
     reader.check_keys(data, ("kind", "name", *(p[0] for p in params),
                              *(key + suffix for key in latencies for suffix in _PROTOCOL_SUFFIXES),
-                             *_LAUNCH_KEYS, "ll_bandwidth"), "")
+                             *_MACHINE_KEYS), "")
     kwargs: dict[str, Any] = {}
     for key, parse, required in params:
         if key in data:
@@ -379,14 +403,13 @@ def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
             simple = kwargs[key]
             ll, ll128 = (simple if seconds is None else seconds for seconds in given)
             kwargs[key] = PerProtocol(simple, ll, ll128)
-    launch = _read_launch(reader, data)
+    machine = _read_machine(reader, data)
     try:
         topology = build(**kwargs)
+        return Topology(name, topology.nodes, topology.links, topology.ranks,
+                        topology.reduce_bandwidth, topology.local_size, **machine)
     except ValueError as error:
         raise reader.error("", str(error)) from None
-    return Topology(name, topology.nodes, topology.links, topology.ranks,
-                    topology.reduce_bandwidth, topology.local_size, launch,
-                    _read_ll_bandwidth(reader, data))
 
 
 def _check_routes(reader: _Reader, topology: Topology) -> None:
@@ -501,6 +524,13 @@ def dump_topology(topology: Topology) -> str:
                 lines.append(f"{key} = {_toml_string(format_latency(seconds))}")
     if math.isfinite(topology.ll_bandwidth):
         lines.append(f"ll_bandwidth = {_toml_string(format_bandwidth(topology.ll_bandwidth))}")
+    if topology.reducing_switches:
+        lines.append(f"reducing_switches = {_toml_list(topology.reducing_switches)}")
+    if topology.switch_efficiency != 1.0:
+        lines.append(f"switch_efficiency = {topology.switch_efficiency!r}")
+    if topology.switch_latency:
+        lines.append(f"switch_latency = "
+                     f"{_toml_string(format_latency(topology.switch_latency))}")
     links = topology.links
     reduce_default = _most_common(topology.reduce_bandwidth)
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}

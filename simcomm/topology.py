@@ -108,7 +108,11 @@ class Topology:
     collective costs under each protocol (the ``Launch`` op; NCCL's base latency).
     ``ll_bandwidth`` is the most one GPU sends per second under LL, over all its links and
     channels together: the LL protocol's polling on 8-byte flags, not the wire, is its
-    limit (NCCL's ``llMaxBw``); infinite means none.
+    limit (NCCL's ``llMaxBw``); infinite means none. ``reducing_switches`` are the switch
+    nodes that reduce and multicast in the switch (NVLink SHARP, NVLS: ``Multicast`` and
+    ``RecvReduce``), whose traffic of that kind moves at ``switch_efficiency`` of its links'
+    bandwidth; each such op's data wait ``switch_latency`` seconds in the switch besides
+    their links' latencies.
     """
 
     name: str
@@ -119,6 +123,9 @@ class Topology:
     local_size: int | None = None
     launch_latency: PerProtocol = NO_LAUNCH_LATENCY
     ll_bandwidth: float = math.inf
+    reducing_switches: tuple[str, ...] = ()
+    switch_efficiency: float = 1.0
+    switch_latency: float = 0.0
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
         default_factory=dict, repr=False, compare=False)
 
@@ -151,6 +158,16 @@ class Topology:
         if not (isinstance(self.ll_bandwidth, (int, float)) and self.ll_bandwidth > 0):
             raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
                              f"(inf: no limit), got {self.ll_bandwidth!r}")
+        ranked = set(self.ranks)
+        for node in self.reducing_switches:
+            if node not in known or node in ranked:
+                raise ValueError(f"topology {self.name!r}: reducing switch {node!r} is not a "
+                                 "switch node of the topology")
+        if not (isinstance(self.switch_efficiency, (int, float))
+                and 0 < self.switch_efficiency <= 1):
+            raise ValueError(f"topology {self.name!r}: switch_efficiency must be in (0, 1], "
+                             f"got {self.switch_efficiency!r}")
+        _check_seconds(self.switch_latency, f"topology {self.name!r}: switch_latency")
         if type(self.launch_latency) is not PerProtocol:
             raise TypeError(f"topology {self.name!r}: launch_latency must be a PerProtocol, "
                             f"got {self.launch_latency!r}")

@@ -13,6 +13,9 @@ model would make:
 * A tree phase is a pipeline of chunks up and down the tree: its critical path is the
   deepest leaf's way to the root and back, and its busiest link again bounds it.
 * Under LL, a rank's LL pipe (``Topology.ll_bandwidth``) bounds it as a link does.
+* NVLS, on one node whose switch reduces (``Topology.reducing_switches``), moves the buffer
+  and one slice of it each way over every GPU's link, at the switch's share of its
+  bandwidth, in two in-switch steps; its pipeline's fill adds a slice of a chunk.
 * Every call pays the topology's launch latency for the protocol once.
 
 They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
@@ -28,13 +31,15 @@ from collections.abc import Sequence
 
 from algorithms.nccl import rail_ring
 from algorithms.nccl_tree import TREE_CHUNK_BYTES, tree_position
+from algorithms.nvls import MAX_CHUNKS, NVLS_CHANNELS, nvls_chunk_bytes
 from algorithms.ops import Choice, Comm, Protocol
 from simcomm.topology import WIRE_EFFICIENCY, Topology
 
-# Collective -> algorithms the tuner weighs for it: NCCL's (its NVLS and CollNet are not
-# modelled; it runs reduce-scatter and all-gather as rings otherwise).
+# Collective -> algorithms the tuner weighs for it: NCCL's (its NVLS-tree and CollNet are not
+# modelled; it runs reduce-scatter and all-gather as rings otherwise). NVLS only where a
+# switch reduces, on one node (NCCL runs it across nodes only with CollNet).
 CANDIDATES: dict[str, tuple[str, ...]] = {
-    "allreduce": ("ring", "tree"),
+    "allreduce": ("ring", "tree", "nvls"),
     "reducescatter": ("ring",),
     "allgather": ("ring",),
 }
@@ -65,8 +70,17 @@ class ModelTuner:
             raise ValueError(f"no tuner for collective {collective!r}; known: "
                              f"{', '.join(CANDIDATES)}")
         candidates = [Choice(algorithm, protocol, self.channels)
-                      for algorithm in CANDIDATES[collective] for protocol in Protocol]
+                      for algorithm in CANDIDATES[collective] if algorithm != "nvls"
+                      for protocol in Protocol]
+        if "nvls" in CANDIDATES[collective] and self.has_nvls():
+            candidates.append(Choice("nvls", Protocol.SIMPLE, NVLS_CHANNELS))
         return {choice: self.estimate(collective, choice, nbytes) for choice in candidates}
+
+    def has_nvls(self) -> bool:
+        """Whether NVLS can run here: one node, on a switch that reduces."""
+        topology = self.topology
+        return (bool(topology.reducing_switches) and topology.size > 1
+                and topology.local_size in (None, topology.size))
 
     def estimate(self, collective: str, choice: Choice, nbytes: int) -> float:
         """Estimated seconds of ``collective`` of ``nbytes`` per rank run as ``choice``."""
@@ -81,6 +95,8 @@ class ModelTuner:
             return launch + self._rings(rings, steps, nbytes / (choice.channels * p), protocol)
         if choice.algorithm == "tree" and collective == "allreduce":
             return launch + self._trees(comm, choice.channels, nbytes, protocol)
+        if choice.algorithm == "nvls" and collective == "allreduce":
+            return launch + self._nvls(choice.channels, nbytes)
         raise ValueError(f"no estimate for {collective} by algorithm {choice.algorithm!r}")
 
     def _trees(self, comm: Comm, channels: int, nbytes: int, protocol: Protocol) -> float:
@@ -121,6 +137,18 @@ class ModelTuner:
         # latencies aside.
         busiest = self._busiest(load, sent, protocol)
         return max(path + busiest * (chunks - 1) / chunks, latency + busiest)
+
+    def _nvls(self, channels: int, nbytes: int) -> float:
+        """Seconds for NVLS to reduce ``nbytes`` in the switch and multicast the sums, on
+        ``channels`` parts at once, each pipelined in chunks (``algorithms.nvls``)."""
+        topology, p = self.topology, self.topology.size
+        route = [topology.links[i] for i in topology.route(0, 1)]
+        step = sum(link.latency for link in route) + topology.switch_latency
+        rate = topology.switch_efficiency * min(link.bandwidth for link in route)
+        chunk = nvls_chunk_bytes(nbytes, channels, p)
+        chunks = min(MAX_CHUNKS, max(1, math.ceil(nbytes / channels / p / chunk)))
+        # While the first chunks go up the downlinks idle, for about a slice of a chunk.
+        return 2 * step + nbytes * (p + 1) / p / rate + nbytes / chunks / p / rate
 
     def _rings(self, rings: Sequence[Sequence[int]], steps: int, chunk: float,
                protocol: Protocol) -> float:

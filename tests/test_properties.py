@@ -35,6 +35,7 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("nccl_tree_allreduce", {"channels": 1, "chunk_bytes": 200}),
     ("nccl_tree_allreduce", {"channels": 3, "chunk_bytes": 500, "protocol": "ll"}),
     ("hierarchical_allreduce", {}),
+    ("nvls_allreduce", {"channels": 3, "chunk_bytes": 64}),  # 16 channels cost 3x as much
     ("nccl_allreduce", {}),  # whatever the model's tuner picks at the drawn size
     ("nccl_allreduce", {"algorithm": "tree", "protocol": "ll128", "channels": 2}),
     ("nccl_reduce_scatter", {}),
@@ -57,7 +58,7 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
 # dispatch to algorithms tested above get fewer examples, to keep the suite's time.
 FEWER_EXAMPLES = {"nccl_ring_allreduce": 4, "nccl_ring_reduce_scatter": 4,
                   "nccl_ring_all_gather": 4, "nccl_allreduce": 2, "nccl_reduce_scatter": 2,
-                  "nccl_all_gather": 2}
+                  "nccl_all_gather": 2, "nvls_allreduce": 2}
 
 
 def budget(name: str = "") -> settings:

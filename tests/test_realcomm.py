@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from algorithms import (
     AVG, SUM, Comm, Compute, Join, Recv, ReduceOp, Send, Spawn, Wait, chunk_bounds,
-    ring_allreduce, ring_channels, split_even, tree_channels,
+    nvls_channels, ring_allreduce, ring_channels, split_even, tree_channels,
 )
 from algorithms.harness.catalog import COLLECTIVES, Collective
 from algorithms.reference import allreduce_reference, divide
@@ -40,7 +40,7 @@ from simcomm import ring, simulate
 POOL_SIZE = 4
 WORLD_SIZES = (2, 3, 4)
 CHANNELS = (1, 2)
-RING_CHANNELS = tuple(ring_channels(2)) + tuple(tree_channels(2))
+RING_CHANNELS = tuple(ring_channels(2)) + tuple(tree_channels(2)) + tuple(nvls_channels(3))
 SLICE_BYTES = 1000  # for the pool's slicing drivers: messages of a few thousand elements
 DRIVER_TIMEOUT = 20.0  # seconds: a case that goes wrong fails instead of hanging the pool
 REPLY_TIMEOUT = 120.0  # seconds the test waits for the pool to answer

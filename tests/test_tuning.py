@@ -18,22 +18,24 @@ from simcomm.cli import main
 from simcomm.presets import make_preset
 from simcomm.tuning import CANDIDATES, ModelTuner
 
-FUNCTIONS = {"ring": "nccl_ring_allreduce", "tree": "nccl_tree_allreduce"}
+FUNCTIONS = {"ring": "nccl_ring_allreduce", "tree": "nccl_tree_allreduce",
+             "nvls": "nvls_allreduce"}
 SIZES = (8, 64 << 10, 1 << 20, 16 << 20, 256 << 20)
 
 
 def message_level(topology, choice: Choice, nbytes: int) -> float:
     function = get_collective(FUNCTIONS[choice.algorithm]).function
     inputs = [SizeOnly(max(nbytes // 4, 1), np.float32)] * topology.size
-    return simulate(function, inputs, topology, record=False, protocol=choice.protocol,
-                    channels=choice.channels).time
+    protocol = {} if choice.algorithm == "nvls" else {"protocol": choice.protocol}
+    return simulate(function, inputs, topology, record=False, channels=choice.channels,
+                    **protocol).time
 
 
 # How far an estimate may be from the message-level time: rings are a single pipeline step
 # per chunk and come within a few percent; a tree's chunks queue behind each other on links
 # that several channels share, which the estimate takes only as a bound (measured from 8 B
 # to 1 GiB on dgx-h100 and cluster-h100 with 2 and 8 nodes: from -37% to +40%).
-TOLERANCE = {"ring": 0.10, "tree": 0.45}
+TOLERANCE = {"ring": 0.10, "tree": 0.45, "nvls": 0.10}
 
 
 @pytest.mark.parametrize("preset", ["dgx-h100", "cluster-h100:nodes=2"])
@@ -88,9 +90,21 @@ def test_forcing_a_choice_overrides_the_tuner_and_unknown_names_are_refused() ->
     forced = simulate(nccl_allreduce, inputs, topology, algorithm="hierarchical",
                       protocol="LL128")
     assert forced.launches[0].describe() == "hierarchical/LL128/1"
-    with pytest.raises(ValueError, match="unknown algorithm 'nvls'; known: ring, tree, "
-                                         "hierarchical or auto"):
-        simulate(nccl_allreduce, inputs, topology, algorithm="nvls")
+    with pytest.raises(ValueError, match="unknown algorithm 'collnet'; known: ring, tree, "
+                                         "hierarchical, nvls or auto"):
+        simulate(nccl_allreduce, inputs, topology, algorithm="collnet")
+    with pytest.raises(ValueError, match="nvls runs under the simple protocol only"):
+        simulate(nccl_allreduce, inputs, topology, algorithm="nvls", protocol="ll")
+
+
+def test_nvls_is_chosen_for_large_calls_on_one_h100_node_and_never_across_nodes() -> None:
+    one_node = ModelTuner(make_preset("dgx-h100"))
+    assert one_node("allreduce", 8).algorithm == "ring"
+    assert one_node("allreduce", 1 << 30) == Choice("nvls", Protocol.SIMPLE, 16)
+    assert not ModelTuner(make_preset("dgx-a100")).has_nvls()  # no SHARP in A100's NVSwitch
+    two_nodes = ModelTuner(make_preset("cluster-h100:nodes=2"))
+    assert not two_nodes.has_nvls()
+    assert all(c.algorithm != "nvls" for c in two_nodes.estimates("allreduce", 1 << 30))
 
 
 def test_one_rank_costs_only_the_launch() -> None:

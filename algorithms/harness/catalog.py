@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from algorithms import collectives, nccl, nccl_tree, reference, tuned
+from algorithms import collectives, nccl, nccl_tree, nvls, reference, tuned
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ COLLECTIVES: MappingProxyType[str, Collective] = MappingProxyType({
         _allreduce("nccl_ring_allreduce", nccl.nccl_ring_allreduce),
         _allreduce("nccl_tree_allreduce", nccl_tree.nccl_tree_allreduce),
         _allreduce("hierarchical_allreduce", nccl.hierarchical_allreduce),
+        _allreduce("nvls_allreduce", nvls.nvls_allreduce),
         _allreduce("nccl_allreduce", tuned.nccl_allreduce),
         Collective("nccl_reduce_scatter", tuned.nccl_reduce_scatter, "reducescatter", True,
                    False, reference.reduce_scatter_reference),

@@ -1,0 +1,199 @@
+"""NVLS: reduction and multicast in the switch (``Multicast``, ``RecvReduce``,
+``Send(in_switch=True)``), ``nvls_allreduce`` on both transports, its cost where a switch
+reduces and where none does, and the checks on ops, topologies and topology files."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from algorithms import (
+    AVG, MAX, SUM, Multicast, Recv, RecvReduce, Send, Wait, nccl_allreduce,
+)
+from algorithms.nvls import nvls_allreduce, nvls_channels, nvls_chunk_bytes
+from algorithms.protocol import ProtocolError
+from realcomm import Driver, spawn
+from simcomm import SizeOnly, hierarchical, simulate, switch
+from simcomm.presets import make_preset
+from simcomm.topofile import TopologyFileError, dump_topology, parse_topology
+
+BANDWIDTH, LATENCY = 100e9, 2e-6  # per link direction; GPU to GPU through the switch
+
+
+def reducing_switch(p: int, efficiency: float = 0.5, latency: float = 1e-6):
+    return replace(switch(p, BANDWIDTH, LATENCY), reducing_switches=("switch",),
+                   switch_efficiency=efficiency, switch_latency=latency, _routes={})
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_one_chunk_costs_the_buffer_and_a_slice_each_way_at_the_switch_rate(p) -> None:
+    # Reduce-scatter: each uplink carries the whole buffer (the rank's own slice too), the
+    # sums follow it down; all-gather: a slice up, every slice (its own too) down. Each
+    # phase takes its bytes at the switch's share of the link, plus a GPU-to-GPU latency and
+    # the switch's own.
+    efficiency, wait, nbytes = 0.5, 1e-6, p * 10**6
+    topology = reducing_switch(p, efficiency, wait)
+    result = simulate(nvls_allreduce, [SizeOnly(nbytes // 4, np.float32)] * p, topology,
+                      channels=1, chunk_bytes=nbytes)
+    rate = efficiency * BANDWIDTH
+    assert result.time == pytest.approx(2 * (nbytes / rate + LATENCY + wait), rel=1e-9)
+    for stats in result.links:
+        assert stats.bytes == nbytes * (p + 1) // p
+
+
+def test_without_a_reducing_switch_it_is_plain_sends_and_moves_more() -> None:
+    p, nbytes = 4, 4 * 10**6
+    result = simulate(nvls_allreduce, [SizeOnly(nbytes // 4, np.float32)] * p,
+                      switch(p, BANDWIDTH, LATENCY), channels=1, chunk_bytes=nbytes)
+    # A slice to each peer in each phase: 2 (p - 1) / p of the buffer over every link.
+    for stats in result.links:
+        assert stats.bytes == 2 * (p - 1) * nbytes // p
+
+
+@pytest.mark.parametrize("topology", [
+    reducing_switch(5), switch(5, BANDWIDTH, LATENCY),
+    replace(hierarchical(2, 3, BANDWIDTH, LATENCY, 1e9, 1e-5, nic_per_gpu=False),
+            reducing_switches=("node0.switch", "node1.switch"), _routes={}),
+], ids=["reducing-switch", "plain-switch", "two-nodes"])
+@pytest.mark.parametrize("op", [SUM, MAX, AVG])
+def test_results_equal_the_reference_wherever_it_runs(topology, op) -> None:
+    rng = np.random.default_rng(1)
+    data = [rng.integers(-5, 6, 53).astype(np.float64) for _ in range(topology.size)]
+    result = simulate(nvls_allreduce, data, topology, op=op, channels=2, chunk_bytes=48)
+    want = {SUM: np.sum, MAX: np.max, AVG: np.mean}[op](data, axis=0)
+    for got in result.results:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_multicast_crosses_the_senders_link_once_and_reaches_every_peer() -> None:
+    topology, nbytes = reducing_switch(4), 8000
+
+    def algorithm(comm, x):
+        if comm.rank == 0:
+            handles = yield Multicast((1, 2, 3), x, "hello")
+        else:
+            handles = ((yield Recv(0, x)),)
+        yield Wait(*handles)
+        return x
+
+    data = [np.full(nbytes // 8, float(r)) for r in range(4)]
+    result = simulate(algorithm, data, topology)
+    assert all((got == 0.0).all() for got in result.results)
+    by_link = {(s.link.src, s.link.dst): s.bytes for s in result.links}
+    assert by_link["gpu0", "switch"] == nbytes  # once, not three times
+    assert all(by_link["switch", f"gpu{r}"] == nbytes for r in range(4))  # the sender's too
+
+
+@pytest.mark.parametrize("topology", [reducing_switch(3), switch(3, BANDWIDTH, LATENCY)],
+                         ids=["reducing-switch", "plain-switch"])
+def test_in_switch_sends_and_reductions_match_only_each_other(topology) -> None:
+    def in_switch_to_plain_recv(comm, x):
+        if comm.rank == 0:
+            yield Wait((yield Recv(1, x)), (yield Recv(2, x)))
+        else:
+            yield Wait((yield Send(0, x, in_switch=True)))
+
+    def plain_send_to_reduction(comm, x):
+        if comm.rank == 0:
+            yield Wait(*(yield RecvReduce((1, 2), x)))
+        else:
+            yield Wait((yield Send(0, x)))
+
+    data = [np.ones(4) for _ in range(3)]
+    with pytest.raises(ProtocolError, match="is in_switch, but rank 0 matched it with a "
+                                            "plain Recv"):
+        simulate(in_switch_to_plain_recv, data, topology)
+    with pytest.raises(ProtocolError, match="is not in_switch, but rank 0 matched it with a "
+                                            "RecvReduce"):
+        simulate(plain_send_to_reduction, data, topology)
+
+
+def test_bad_peers_are_refused() -> None:
+    buf = np.ones(2)
+    with pytest.raises(TypeError, match="Multicast.peers must be a non-empty tuple"):
+        Multicast([1, 2], buf)
+    with pytest.raises(TypeError, match="RecvReduce.peers must be a non-empty tuple"):
+        RecvReduce((), buf)
+    with pytest.raises(ValueError, match="names a rank twice"):
+        Multicast((1, 1), buf)
+    with pytest.raises(ValueError, match="must be a non-negative int rank"):
+        RecvReduce((1, -2), buf)
+    with pytest.raises(TypeError, match="Send.in_switch must be a bool"):
+        Send(1, buf, in_switch=1)
+
+    def to_itself(comm, x):
+        yield Wait(*(yield Multicast((0, 1), x)))
+
+    with pytest.raises(ProtocolError, match="posted a Send to itself"):
+        simulate(to_itself, [np.ones(2)] * 2, reducing_switch(2))
+
+
+def test_topologies_and_files_check_and_keep_the_switch_figures() -> None:
+    with pytest.raises(ValueError, match="reducing switch 'gpu0' is not a switch node"):
+        replace(switch(2, BANDWIDTH, LATENCY), reducing_switches=("gpu0",))
+    with pytest.raises(ValueError, match="switch_efficiency must be in"):
+        replace(switch(2, BANDWIDTH, LATENCY), switch_efficiency=1.5)
+    topology = make_preset("dgx-h100")
+    assert parse_topology(dump_topology(topology)) == topology
+    text = ('kind = "switch"\nranks = 2\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+            'reducing_switches = ["switch"]\nswitch_efficiency = 0.75\n'
+            'switch_latency = "2us"\n')
+    loaded = parse_topology(text)
+    assert (loaded.reducing_switches, loaded.switch_efficiency, loaded.switch_latency) == (
+        ("switch",), 0.75, 2e-6)
+    with pytest.raises(TopologyFileError, match="switch_efficiency: must be a number in"):
+        parse_topology(text.replace("0.75", "0"))
+    with pytest.raises(TopologyFileError, match="reducing switch 'nowhere'"):
+        parse_topology(text.replace('["switch"]', '["nowhere"]'))
+
+
+def test_nccls_chunk_shrinks_for_small_buffers() -> None:
+    # 16 channels of 8 ranks: 128 operations at once (NVIDIA/nccl v2.26.2 src/enqueue.cc).
+    assert nvls_chunk_bytes(1 << 30, 16, 8) == 128 << 10
+    assert nvls_chunk_bytes(256 << 20, 16, 8) == 64 << 10
+    assert nvls_chunk_bytes(32 << 20, 16, 8) == 32 << 10
+    assert nvls_chunk_bytes(1 << 20, 16, 8) == 16 << 10
+
+
+def test_one_dgx_h100_reaches_the_published_nvls_bus_bandwidth() -> None:
+    # benchmarks/published/h100-1node-default-dgxcbench.csv: 1 GiB in 4029.4 us, busbw
+    # 466.33 GB/s, where NCCL runs NVLS.
+    nbytes = 1 << 30
+    result = simulate(nccl_allreduce, [SizeOnly(nbytes // 4, np.float32)] * 8,
+                      make_preset("dgx-h100"), record=False)
+    assert result.launches[0].describe() == "nvls/SIMPLE/16"
+    assert result.time == pytest.approx(4029.4e-6, rel=0.05)
+
+
+# -- over gloo -------------------------------------------------------------------------------
+
+RANKS = 3
+TORCH_OPS = {SUM: dist.ReduceOp.SUM, MAX: dist.ReduceOp.MAX, AVG: dist.ReduceOp.AVG}
+
+
+def _run(data: list[np.ndarray]) -> list[tuple[list[float], list[float]]]:
+    rank, replies = dist.get_rank(), []
+    driver = Driver(range(RANKS), channels=nvls_channels(2), timeout=60.0)
+    for op in (SUM, MAX, AVG):
+        ours = driver.run(nvls_allreduce, torch.from_numpy(data[rank].copy()), op=op,
+                          channels=2, chunk_bytes=24)
+        native = torch.from_numpy(data[rank].copy())
+        dist.all_reduce(native, TORCH_OPS[op])
+        replies.append((ours.tolist(), native.tolist()))
+    return replies
+
+
+def test_over_gloo_it_matches_torch_and_the_simulator() -> None:
+    data = [np.random.default_rng(r).integers(-3, 4, 37).astype(np.float32)
+            for r in range(RANKS)]
+    real = spawn(_run, RANKS, (data,), timeout=120)
+    for index, op in enumerate((SUM, MAX, AVG)):
+        simulated = simulate(nvls_allreduce, data, reducing_switch(RANKS), op=op, channels=2,
+                             chunk_bytes=24).results
+        for rank in range(RANKS):
+            ours, native = real[rank][index]
+            assert ours == native == simulated[rank].tolist(), (op, rank)
