@@ -299,6 +299,8 @@ class Launch:
     def __post_init__(self) -> None:
         if type(self.protocol) is not Protocol:
             raise TypeError(f"Launch.protocol must be a Protocol, got {self.protocol!r}")
+        if type(self.channels) is not int or self.channels < 1:
+            raise ValueError(f"Launch.channels must be an int >= 1, got {self.channels!r}")
 
     def describe(self) -> str:
         """``algorithm/PROTOCOL/channels``, as ``simcomm bench`` shows it: ``ring/LL/8``."""

@@ -21,9 +21,11 @@ Cost model (alpha-beta with contention):
 * A Send's ``protocol`` (``algorithms.Protocol``) sets its costs: each link's latency under
   that protocol (``Link.latency_of``) and the share of the wire that carries data
   (``WIRE_EFFICIENCY``: LL's lines are half flags). Under LL a message first crosses its
-  sender's own LL pipe, a link of ``Topology.ll_bandwidth`` and no latency that all the
-  rank's LL sends share. A ``Launch`` holds its task for the topology's launch latency
-  under its protocol.
+  channel's LL pipe on its sender, a link with no latency and an even share of
+  ``Topology.ll_bandwidth`` among the channels of the rank's latest ``Launch``: NCCL's
+  channels each poll their own flags, side by side, so a channel's steps take their
+  latency and their bytes one after the other. A ``Launch`` holds its task for the
+  topology's launch latency under its protocol.
 * In a switch that reduces and multicasts (``Topology.reducing_switches``, NVLink SHARP), a
   ``Multicast`` crosses the links up to the switch once, then a copy goes on to every peer
   and one back to the sender; a ``RecvReduce`` pulls its contributions (``Send`` with
@@ -198,11 +200,14 @@ class _Simulation(Interpreter):
         self.topology = topology
         self.record = record
         self.links = topology.links
-        # The topology's links, then one LL pipe per rank (see the module doc).
-        every = len(self.links) + self.size
-        self.link_free = [0] * every
-        self.link_bytes = [0] * every
-        self.link_busy = [0] * every  # ticks
+        # The topology's links, then the LL pipes as channels use them (see the module doc).
+        self.link_free = [0] * len(self.links)
+        self.link_bytes = [0] * len(self.links)
+        self.link_busy = [0] * len(self.links)  # ticks
+        self.ll_limited = math.isfinite(topology.ll_bandwidth)
+        self.ll_share = [1] * self.size  # channels of each rank's latest Launch
+        self.ll_routes: dict[tuple[int, int, Hashable, int], Route] = {}
+        self.ll_pipes: dict[tuple[int, Hashable], int] = {}
         # Per protocol, (src, dst) -> per link of the route: (index, ticks per byte, latency,
         # gap). Simple's table is looked up without the protocol: hashing an enum member is a
         # Python call, a tenth of a microsecond on every message.
@@ -282,6 +287,8 @@ class _Simulation(Interpreter):
         route = routes.get((src, dst))
         if route is None:
             route = routes[(src, dst)] = self._route(src, dst, protocol)
+        if protocol is Protocol.LL and self.ll_limited:
+            route = self._through_ll_pipe(src, dst, task.channel, route)
         h.route, h.hop, h.tail = route, 0, _NEVER
         if op.in_switch:  # pulled by its RecvReduce: it leaves when that is posted
             h.in_switch = True
@@ -306,10 +313,22 @@ class _Simulation(Interpreter):
         route = tuple((i, per_data_byte / self.links[i].bandwidth,
                        _ticks(self.links[i].latency_of(protocol)), _ticks(self.links[i].gap))
                       for i in self.topology.route(src, dst))
-        if protocol is Protocol.LL and math.isfinite(self.topology.ll_bandwidth):
-            pipe = (len(self.links) + src, TICKS_PER_SECOND / self.topology.ll_bandwidth, 0, 0)
-            route = (pipe, *route)
         return route
+
+    def _through_ll_pipe(self, src: int, dst: int, channel: Hashable, route: Route) -> Route:
+        # One pipe per (rank, channel, share), whatever the peer.
+        share = self.ll_share[src]
+        key = (src, dst, channel, share)
+        piped = self.ll_routes.get(key)
+        if piped is None:
+            pipe = self.ll_pipes.get(key[::2])
+            if pipe is None:
+                pipe = self.ll_pipes[key[::2]] = len(self.link_free)
+                for per_link in (self.link_free, self.link_bytes, self.link_busy):
+                    per_link.append(0)
+            per_byte = TICKS_PER_SECOND * share / self.topology.ll_bandwidth
+            piped = self.ll_routes[key] = ((pipe, per_byte, 0, 0), *route)
+        return piped
 
     def _cross(self, h: _Handle, head: int) -> None:
         # The message's head reaches the next link of its route now. The link serves heads in
@@ -659,6 +678,7 @@ class _Simulation(Interpreter):
     def launch(self, task: _Task, op: Launch) -> Any:
         if task.rank == 0:
             self.launches.append(op)
+        self.ll_share[task.rank] = max(1, op.channels)
         latency = _ticks(self.topology.launch_latency.of(op.protocol))
         if self.record and latency:
             now = self.env.now / TICKS_PER_SECOND

@@ -12,7 +12,8 @@ model would make:
   bytes over that link's bandwidth, the wire share of the protocol counted.
 * A tree phase is a pipeline of chunks up and down the tree: its critical path is the
   deepest leaf's way to the root and back, and its busiest link again bounds it.
-* Under LL, a rank's LL pipe (``Topology.ll_bandwidth``) bounds it as a link does.
+* Under LL, a rank's LL rate (``Topology.ll_bandwidth``) bounds it as a link does, and
+  each channel's share of it bounds that channel's steps.
 * NVLS, on one node whose switch reduces (``Topology.reducing_switches``), moves the buffer
   and one slice of it each way over every GPU's link, at the switch's share of its
   bandwidth, in two in-switch steps; its pipeline's fill adds a slice of a chunk.
@@ -128,8 +129,7 @@ class ModelTuner:
                 for src, dst in ((rank, parents[rank]), (parents[rank], rank)):
                     route = self.topology.route(src, dst)
                     hops += sum(links[i].latency_of(protocol) for i in route)
-                    trip += part / chunks / (WIRE_EFFICIENCY[protocol]
-                                             * min(links[i].bandwidth for i in route))
+                    trip += part / chunks / self._rate(route, protocol, channels)
                 rank = parents[rank]
             path, latency = max(path, trip + hops), max(latency, hops)
         # The first chunk pays the whole way; the others follow at the busiest link's pace;
@@ -154,7 +154,7 @@ class ModelTuner:
                protocol: Protocol) -> float:
         """Seconds for every ring in ``rings`` to move ``steps`` messages of ``chunk`` bytes
         per hop, pipelined, all at once."""
-        links, efficiency = self.topology.links, WIRE_EFFICIENCY[protocol]
+        links = self.topology.links
         load: defaultdict[int, float] = defaultdict(float)  # link -> bytes
         sent: defaultdict[int, float] = defaultdict(float)  # rank -> bytes
         path = 0.0
@@ -168,9 +168,17 @@ class ModelTuner:
                 for i in route:
                     load[i] += steps * chunk
                 cycle += sum(links[i].latency_of(protocol) for i in route)
-                cycle += chunk / (efficiency * min(links[i].bandwidth for i in route))
+                cycle += chunk / self._rate(route, protocol, len(rings))
             path = max(path, cycle * steps / len(ring))
         return max(path, self._busiest(load, sent, protocol))
+
+    def _rate(self, route: Sequence[int], protocol: Protocol, channels: int) -> float:
+        """Bytes per second of one channel's message along ``route``: its slowest link's
+        data rate, or under LL the channel's share of the LL rate if that is less."""
+        rate = WIRE_EFFICIENCY[protocol] * min(self.topology.links[i].bandwidth for i in route)
+        if protocol is Protocol.LL:
+            rate = min(rate, self.topology.ll_bandwidth / channels)
+        return rate
 
     def _busiest(self, load: dict[int, float], sent: dict[int, float],
                  protocol: Protocol) -> float:
