@@ -12,7 +12,8 @@ src/device/all_reduce.h and src/graph/rings.cc):
 * Pipelining. A step waits only for the data it needs, the chunk arriving from the left;
   its own send drains in the background and is waited only before its buffer is written
   again. The textbook ring waits for both, so every rank moves in lockstep at the pace of
-  the slowest hop.
+  the slowest hop. A large chunk moves in slices, each passed on as soon as it has come
+  (``ring_slices``), so the latency of one hides behind the bytes of the others.
 
 Each takes the ``protocol`` NCCL would run it with (``Protocol``: Simple, LL or LL128, or
 their names): it starts with a ``Launch`` and sends every message under it, so that a
@@ -21,6 +22,7 @@ simulator charges its costs; the data moved are the same under every protocol.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +31,12 @@ from algorithms.collectives import Schedule
 from algorithms.ops import (
     AVG, SUM, Comm, Divide, Join, Launch, Protocol, Recv, ReduceOp, Send, Spawn, Wait,
 )
+
+
+# NCCL's ring step under Simple (its 4 MiB buffer over NCCL_STEPS = 8 slots) and how many
+# of them are in flight per channel.
+RING_SLICE_BYTES = (4 << 20) // 8
+RING_MAX_SLICES = 8
 
 
 def ring_channels(channels: int) -> list[str]:
@@ -132,31 +140,52 @@ def _pipelined_ring(comm: Comm, order: list[int], chunks: Sequence[Any], op: Red
                     reduce_scatter: bool, all_gather: bool, wire: Protocol) -> Schedule:
     """One pipelined ring over ``chunks``, indexed by ring position: the reduce-scatter
     leaves position i with chunk i reduced; the all-gather hands every position's chunk i
-    to all."""
+    to all. Each step moves its chunk in slices, and a slice goes on as soon as it has
+    come (``ring_slices``)."""
     p = len(order)
     i = order.index(comm.rank)
     right, left = order[(i + 1) % p], order[(i - 1) % p]
-    sends = {}  # chunk -> its send, not yet waited
+    count = ring_slices(chunks[0].nbytes) if chunks else 1
+    slices = [split_even(chunk, count) for chunk in chunks]
+    sends = {}  # (chunk, slice) -> its send, not yet waited
+    landed: dict[int, tuple[Any, ...]] = {}  # slice -> the last step's receive of it, unwaited
     if reduce_scatter:
         for step in range(p - 1):
             label = f"reduce-scatter {step}"
-            sends[(i - step - 1) % p] = yield Send(right, chunks[(i - step - 1) % p], label,
-                                                   wire)
-            yield Wait((yield Recv(left, chunks[(i - step - 2) % p], op, label)))
+            out, landing = (i - step - 1) % p, (i - step - 2) % p
+            for k in range(count):
+                if k in landed:  # the slice to pass on came in the last step
+                    yield Wait(*landed.pop(k))
+                sends[out, k] = yield Send(right, slices[out][k], label, wire)
+                landed[k] = ((yield Recv(left, slices[landing][k], op, label)),)
         if op is AVG and p > 1 and len(chunks[i]) > 0:
+            yield Wait(*(h for handles in landed.values() for h in handles))
+            landed = {}
             yield Divide(chunks[i], p)
     if all_gather:
         for step in range(p - 1):  # pass on the chunk that came last
             label = f"all-gather {step}"
             out, landing = (i - step) % p, (i - step - 1) % p
-            sent = yield Send(right, chunks[out], label, wire)
-            received = yield Recv(left, chunks[landing], label=label)
-            # The chunk lands where the reduce-scatter sent from: that send leaves first.
-            earlier = sends.pop(landing, None)
-            yield Wait(received, *([] if earlier is None else [earlier]))
-            sends[out] = sent
-    if sends:
-        yield Wait(*sends.values())
+            for k in range(count):
+                if k in landed:
+                    yield Wait(*landed.pop(k))
+                sent = yield Send(right, slices[out][k], label, wire)
+                received = yield Recv(left, slices[landing][k], label=label)
+                # The slice lands where the reduce-scatter sent from: that send leaves first.
+                earlier = sends.pop((landing, k), None)
+                landed[k] = (received,) if earlier is None else (received, earlier)
+                sends[out, k] = sent
+    pending = [h for handles in landed.values() for h in handles] + list(sends.values())
+    if pending:
+        yield Wait(*pending)
+
+
+def ring_slices(chunk_bytes: int) -> int:
+    """How many slices a ring step moves its chunk of ``chunk_bytes`` in: NCCL's ring hands
+    on data in steps of its Simple buffer's NCCL_STEPS-th part (4 MiB / 8, src/init.cc and
+    src/include/device.h) and keeps up to NCCL_STEPS of them in flight, so that a slice's
+    latency hides behind the bytes of the others."""
+    return min(RING_MAX_SLICES, max(1, math.ceil(chunk_bytes / RING_SLICE_BYTES)))
 
 
 def hierarchical_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM,

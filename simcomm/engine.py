@@ -20,12 +20,14 @@ Cost model (alpha-beta with contention):
   lets sends of at most that many bytes complete on arrival instead (MPI's eager protocol).
 * A Send's ``protocol`` (``algorithms.Protocol``) sets its costs: each link's latency under
   that protocol (``Link.latency_of``) and the share of the wire that carries data
-  (``WIRE_EFFICIENCY``: LL's lines are half flags). Under LL a message first crosses its
-  channel's LL pipe on its sender, a link with no latency and an even share of
-  ``Topology.ll_bandwidth`` among the channels of the rank's latest ``Launch``: NCCL's
-  channels each poll their own flags, side by side, so a channel's steps take their
-  latency and their bytes one after the other. A ``Launch`` holds its task for the
+  (``WIRE_EFFICIENCY``: LL's lines are half flags). A ``Launch`` holds its task for the
   topology's launch latency under its protocol.
+* Where the topology limits what a GPU's kernels move (``Topology.injection_bandwidth``,
+  and under LL ``Topology.ll_bandwidth``), a message first crosses its channel's pipe on
+  its sender: a link with no latency and an even share of that rate among the channels of
+  the rank's latest ``Launch``. NCCL runs each channel on its own SMs, side by side, so a
+  channel's steps pay their latency and their bytes one after the other, and the channels
+  together reach the GPU's rate.
 * In a switch that reduces and multicasts (``Topology.reducing_switches``, NVLink SHARP), a
   ``Multicast`` crosses the links up to the switch once, then a copy goes on to every peer
   and one back to the sender; a ``RecvReduce`` pulls its contributions (``Send`` with
@@ -204,10 +206,14 @@ class _Simulation(Interpreter):
         self.link_free = [0] * len(self.links)
         self.link_bytes = [0] * len(self.links)
         self.link_busy = [0] * len(self.links)  # ticks
-        self.ll_limited = math.isfinite(topology.ll_bandwidth)
-        self.ll_share = [1] * self.size  # channels of each rank's latest Launch
-        self.ll_routes: dict[tuple[int, int, Hashable, int], Route] = {}
-        self.ll_pipes: dict[tuple[int, Hashable], int] = {}
+        # What a GPU moves per second under each protocol, over all its channels.
+        self.pipe_rate = {protocol: min(topology.injection_bandwidth, topology.ll_bandwidth)
+                          if protocol is Protocol.LL else topology.injection_bandwidth
+                          for protocol in Protocol}
+        self.piped = any(math.isfinite(rate) for rate in self.pipe_rate.values())
+        self.share = [1] * self.size  # channels of each rank's latest Launch
+        self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
+        self.pipes: dict[tuple[int, Hashable], int] = {}
         # Per protocol, (src, dst) -> per link of the route: (index, ticks per byte, latency,
         # gap). Simple's table is looked up without the protocol: hashing an enum member is a
         # Python call, a tenth of a microsecond on every message.
@@ -287,8 +293,8 @@ class _Simulation(Interpreter):
         route = routes.get((src, dst))
         if route is None:
             route = routes[(src, dst)] = self._route(src, dst, protocol)
-        if protocol is Protocol.LL and self.ll_limited:
-            route = self._through_ll_pipe(src, dst, task.channel, route)
+        if self.piped:
+            route = self._through_pipe(src, dst, task.channel, protocol, route)
         h.route, h.hop, h.tail = route, 0, _NEVER
         if op.in_switch:  # pulled by its RecvReduce: it leaves when that is posted
             h.in_switch = True
@@ -315,19 +321,24 @@ class _Simulation(Interpreter):
                       for i in self.topology.route(src, dst))
         return route
 
-    def _through_ll_pipe(self, src: int, dst: int, channel: Hashable, route: Route) -> Route:
-        # One pipe per (rank, channel, share), whatever the peer.
-        share = self.ll_share[src]
-        key = (src, dst, channel, share)
-        piped = self.ll_routes.get(key)
+    def _through_pipe(self, src: int, dst: int, channel: Hashable, protocol: Protocol,
+                      route: Route) -> Route:
+        # One pipe per (rank, channel), whatever the peer and the protocol.
+        share = self.share[src]
+        key = (src, dst, channel, share, protocol)
+        piped = self.piped_routes.get(key)
         if piped is None:
-            pipe = self.ll_pipes.get(key[::2])
-            if pipe is None:
-                pipe = self.ll_pipes[key[::2]] = len(self.link_free)
-                for per_link in (self.link_free, self.link_bytes, self.link_busy):
-                    per_link.append(0)
-            per_byte = TICKS_PER_SECOND * share / self.topology.ll_bandwidth
-            piped = self.ll_routes[key] = ((pipe, per_byte, 0, 0), *route)
+            rate = self.pipe_rate[protocol]
+            if math.isinf(rate):
+                piped = route
+            else:
+                pipe = self.pipes.get((src, channel))
+                if pipe is None:
+                    pipe = self.pipes[src, channel] = len(self.link_free)
+                    for per_link in (self.link_free, self.link_bytes, self.link_busy):
+                        per_link.append(0)
+                piped = ((pipe, TICKS_PER_SECOND * share / rate, 0, 0), *route)
+            self.piped_routes[key] = piped
         return piped
 
     def _cross(self, h: _Handle, head: int) -> None:
@@ -678,7 +689,7 @@ class _Simulation(Interpreter):
     def launch(self, task: _Task, op: Launch) -> Any:
         if task.rank == 0:
             self.launches.append(op)
-        self.ll_share[task.rank] = max(1, op.channels)
+        self.share[task.rank] = op.channels
         latency = _ticks(self.topology.launch_latency.of(op.protocol))
         if self.record and latency:
             now = self.env.now / TICKS_PER_SECOND

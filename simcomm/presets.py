@@ -145,6 +145,14 @@ def dgx_h100(gpus: int = GPUS_PER_DGX) -> Topology:
                           H100_LL_BANDWIDTH))
 
 
+def with_injection(topology: Topology) -> Topology:
+    """``topology`` with each GPU's kernels moving at most what its links carry together,
+    shared evenly by a collective's channels (``Topology.injection_bandwidth``). A modelling
+    choice after NCCL's cost model, which gives a collective nChannels times one channel's
+    bandwidth and charges its steps' latency on top (src/graph/tuning.cc)."""
+    return replace(topology, injection_bandwidth=topology.egress_bandwidth(0), _routes={})
+
+
 def with_nvls(topology: Topology) -> Topology:
     """``topology`` with the NVSwitch of each node (a node named ``switch`` or
     ``nodeN.switch``) reducing and multicasting as H100's do (the NVLS figures above)."""
@@ -161,16 +169,17 @@ def _dgx(name: str, gpus: int, nvlink: float, hbm: float, ll_bandwidth: float) -
     topo = switch(gpus, nvlink, NVLINK_STEP_LATENCY, hbm)
     if gpus != GPUS_PER_DGX:
         name = f"{name}:gpus={gpus}"
-    return replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
-                   ll_bandwidth=ll_bandwidth, _routes={})
+    return with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
+                                  ll_bandwidth=ll_bandwidth))
 
 
 def pcie_a100(gpus: int = 8) -> Topology:
     """A100 80GB PCIe cards, each on a Gen4 x16 port of one PCIe switch, no NVLink."""
     _positive_int("gpus", gpus)
     topo = switch(gpus, PCIE_GEN4_X16_DATA, PCIE_STEP_LATENCY, A100_PCIE_HBM)
-    return replace(topo, name=f"pcie-a100:gpus={gpus}", launch_latency=NCCL_LAUNCH_LATENCY,
-                   ll_bandwidth=A100_LL_BANDWIDTH, _routes={})
+    return with_injection(replace(topo, name=f"pcie-a100:gpus={gpus}",
+                                  launch_latency=NCCL_LAUNCH_LATENCY,
+                                  ll_bandwidth=A100_LL_BANDWIDTH))
 
 
 def cluster_h100(nodes: int = 2) -> Topology:
@@ -179,9 +188,9 @@ def cluster_h100(nodes: int = 2) -> Topology:
     topo = hierarchical(nodes, GPUS_PER_DGX, H100_NVLINKS * H100_NVLINK_DATA,
                         NVLINK_STEP_LATENCY, NDR_NIC_DATA, NET_STEP_LATENCY,
                         nic_per_gpu=True, reduce_bandwidth=H100_SXM_HBM)
-    return with_nvls(replace(topo, name=f"cluster-h100:nodes={nodes}",
-                             launch_latency=NCCL_LAUNCH_LATENCY,
-                             ll_bandwidth=h100_ll_bandwidth(nodes)))
+    return with_nvls(with_injection(replace(topo, name=f"cluster-h100:nodes={nodes}",
+                                            launch_latency=NCCL_LAUNCH_LATENCY,
+                                            ll_bandwidth=h100_ll_bandwidth(nodes))))
 
 
 def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: float = 1.0
@@ -220,9 +229,9 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
         ratio = repr(float(oversubscription))
     name = (f"fattree-h100:nodes={nodes},nodes_per_leaf={nodes_per_leaf},"
             f"oversubscription={ratio}")
-    return with_nvls(Topology(name, tuple(names), tuple(links), tuple(gpus),
-                              (H100_SXM_HBM,) * len(gpus), GPUS_PER_DGX, NCCL_LAUNCH_LATENCY,
-                              h100_ll_bandwidth(nodes)))
+    return with_nvls(with_injection(Topology(
+        name, tuple(names), tuple(links), tuple(gpus), (H100_SXM_HBM,) * len(gpus),
+        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, h100_ll_bandwidth(nodes))))
 
 
 # -- the registry -----------------------------------------------------------------------------

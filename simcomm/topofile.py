@@ -13,6 +13,8 @@ Two forms. The explicit form lists nodes and links::
     launch_latency_ll128 = "14us"    # default 0; LL's and LL128's default: launch_latency)
     ll_bandwidth = "39GB/s"          # what one GPU sends per second under LL, all links
                                      # together (optional; default: no limit)
+    injection_bandwidth = "418.8GB/s"  # what one GPU's kernels move per second, all
+                                     # channels together (optional; default: no limit)
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
     switch_efficiency = 0.8333       # their share of a link's bandwidth (default 1)
     switch_latency = "4.9us"         # what each in-switch op waits there (default 0)
@@ -85,7 +87,8 @@ class TopologyFileError(ValueError):
 # Top-level keys of the launch latency per protocol, in PerProtocol's field order.
 _LAUNCH_KEYS = ("launch_latency", "launch_latency_ll", "launch_latency_ll128")
 # Keys of what the machine does besides its links, in both forms.
-_MACHINE_KEYS = (*_LAUNCH_KEYS, "ll_bandwidth", "reducing_switches", "switch_efficiency",
+_MACHINE_KEYS = (*_LAUNCH_KEYS, "ll_bandwidth", "injection_bandwidth", "reducing_switches",
+                 "switch_efficiency",
                  "switch_latency")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "link")
@@ -238,7 +241,9 @@ def _from_tables(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
 def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
     """``Topology`` fields of ``_MACHINE_KEYS``: launch latency, LL bandwidth, switches."""
     machine: dict[str, Any] = {"launch_latency": _read_launch(reader, data),
-                               "ll_bandwidth": _read_ll_bandwidth(reader, data)}
+                               "ll_bandwidth": _read_rate(reader, data, "ll_bandwidth"),
+                               "injection_bandwidth": _read_rate(reader, data,
+                                                                 "injection_bandwidth")}
     if "reducing_switches" in data:
         machine["reducing_switches"] = tuple(reader.names(data["reducing_switches"],
                                                           "reducing_switches"))
@@ -253,11 +258,12 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
     return machine
 
 
-def _read_ll_bandwidth(reader: _Reader, data: dict[str, Any]) -> float:
-    """What one GPU sends per second under LL (default inf: no limit)."""
-    if "ll_bandwidth" not in data:
+def _read_rate(reader: _Reader, data: dict[str, Any], key: str) -> float:
+    """A GPU's rate at top level, ``ll_bandwidth`` or ``injection_bandwidth`` (default inf:
+    no limit)."""
+    if key not in data:
         return math.inf
-    return reader.bandwidth(data["ll_bandwidth"], "ll_bandwidth")
+    return reader.bandwidth(data[key], key)
 
 
 def _read_launch(reader: _Reader, data: dict[str, Any]) -> PerProtocol:
@@ -522,8 +528,10 @@ def dump_topology(topology: Topology) -> str:
         for key, seconds in ((ll_key, launch.ll), (ll128_key, launch.ll128)):
             if seconds != launch.simple:
                 lines.append(f"{key} = {_toml_string(format_latency(seconds))}")
-    if math.isfinite(topology.ll_bandwidth):
-        lines.append(f"ll_bandwidth = {_toml_string(format_bandwidth(topology.ll_bandwidth))}")
+    for key in ("ll_bandwidth", "injection_bandwidth"):
+        rate = getattr(topology, key)
+        if math.isfinite(rate):
+            lines.append(f"{key} = {_toml_string(format_bandwidth(rate))}")
     if topology.reducing_switches:
         lines.append(f"reducing_switches = {_toml_list(topology.reducing_switches)}")
     if topology.switch_efficiency != 1.0:

@@ -12,8 +12,9 @@ model would make:
   bytes over that link's bandwidth, the wire share of the protocol counted.
 * A tree phase is a pipeline of chunks up and down the tree: its critical path is the
   deepest leaf's way to the root and back, and its busiest link again bounds it.
-* Under LL, a rank's LL rate (``Topology.ll_bandwidth``) bounds it as a link does, and
-  each channel's share of it bounds that channel's steps.
+* What a GPU's kernels move (``Topology.injection_bandwidth``, and under LL
+  ``Topology.ll_bandwidth``) bounds it as a link does, and each channel's share of it
+  bounds that channel's steps.
 * NVLS, on one node whose switch reduces (``Topology.reducing_switches``), moves the buffer
   and one slice of it each way over every GPU's link, at the switch's share of its
   bandwidth, in two in-switch steps; its pipeline's fill adds a slice of a chunk.
@@ -30,7 +31,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-from algorithms.nccl import rail_ring
+from algorithms.nccl import rail_ring, ring_slices
 from algorithms.nccl_tree import TREE_CHUNK_BYTES, tree_position
 from algorithms.nvls import MAX_CHUNKS, NVLS_CHANNELS, nvls_chunk_bytes
 from algorithms.ops import Choice, Comm, Protocol
@@ -152,40 +153,45 @@ class ModelTuner:
 
     def _rings(self, rings: Sequence[Sequence[int]], steps: int, chunk: float,
                protocol: Protocol) -> float:
-        """Seconds for every ring in ``rings`` to move ``steps`` messages of ``chunk`` bytes
-        per hop, pipelined, all at once."""
+        """Seconds for every ring in ``rings`` to move ``steps`` chunks of ``chunk`` bytes
+        per hop, each in slices (``ring_slices``), pipelined, all at once."""
         links = self.topology.links
+        slices = ring_slices(math.ceil(chunk))
         load: defaultdict[int, float] = defaultdict(float)  # link -> bytes
         sent: defaultdict[int, float] = defaultdict(float)  # rank -> bytes
         path = 0.0
         for ring in rings:
             if len(ring) < 2:
                 continue
-            cycle = 0.0  # seconds for a chunk once around this ring
+            latency = moving = 0.0  # seconds for a slice once around this ring
             for j, src in enumerate(ring):
                 route = self.topology.route(src, ring[(j + 1) % len(ring)])
                 sent[src] += steps * chunk
                 for i in route:
                     load[i] += steps * chunk
-                cycle += sum(links[i].latency_of(protocol) for i in route)
-                cycle += chunk / self._rate(route, protocol, len(rings))
-            path = max(path, cycle * steps / len(ring))
+                latency += sum(links[i].latency_of(protocol) for i in route)
+                moving += chunk / slices / self._rate(route, protocol, len(rings))
+            # The first slice's way through every step, then the other slices behind it.
+            hop = moving / len(ring)
+            path = max(path, (latency + moving) * steps / len(ring) + (slices - 1) * hop)
         return max(path, self._busiest(load, sent, protocol))
 
     def _rate(self, route: Sequence[int], protocol: Protocol, channels: int) -> float:
         """Bytes per second of one channel's message along ``route``: its slowest link's
-        data rate, or under LL the channel's share of the LL rate if that is less."""
+        data rate, or the channel's share of its GPU's rate if that is less."""
         rate = WIRE_EFFICIENCY[protocol] * min(self.topology.links[i].bandwidth for i in route)
-        if protocol is Protocol.LL:
-            rate = min(rate, self.topology.ll_bandwidth / channels)
-        return rate
+        return min(rate, self._gpu_rate(protocol) / channels)
+
+    def _gpu_rate(self, protocol: Protocol) -> float:
+        """What one GPU's kernels move per second under ``protocol``, all channels
+        together."""
+        rate = self.topology.injection_bandwidth
+        return min(rate, self.topology.ll_bandwidth) if protocol is Protocol.LL else rate
 
     def _busiest(self, load: dict[int, float], sent: dict[int, float],
                  protocol: Protocol) -> float:
-        """Seconds the busiest link, or the busiest sender's LL pipe, takes for its bytes."""
+        """Seconds the busiest link, or the busiest sender's kernels, take for its bytes."""
         links = self.topology.links
         busiest = max((bytes_ / links[i].bandwidth for i, bytes_ in load.items()), default=0.0)
         busiest /= WIRE_EFFICIENCY[protocol]
-        if protocol is Protocol.LL:
-            busiest = max(busiest, max(sent.values(), default=0.0) / self.topology.ll_bandwidth)
-        return busiest
+        return max(busiest, max(sent.values(), default=0.0) / self._gpu_rate(protocol))
