@@ -3,22 +3,27 @@
 For each size (nccl-tests, src/common.cu, ``BenchTime``): one run that also checks that the
 ranks agree on the arguments, a few warm-up runs, a barrier, ``iters`` runs back to back,
 and the time of one run is the elapsed time over ``iters``, averaged over the ranks
-(nccl-tests' default ``-a 1``). nccl-tests warms up once, at the largest and smallest size;
-here every size gets its warm-up runs. With ``--check``, one more run on
+(nccl-tests' default ``-a 1``; ``RunOptions.average`` takes rank 0's, the least or the
+most instead, as ``-a 0``, ``2`` and ``3`` do). nccl-tests warms up once, at the largest and
+smallest size; here every size gets its warm-up runs. With ``--check``, one more run on
 ``algorithms.harness.bench.check_inputs`` data counts the wrong elements against the
 reference.
 
-The rows come from ``algorithms.harness.bench``, the same as ``simcomm bench``'s. With
+The rows come from ``algorithms.harness.bench``, the same as ``simcomm bench``'s; rank 0
+hands each to ``on_row`` as soon as it is done, so that it can be printed then. With
 ``baseline="native"`` the harness runs torch's own collective of the same kind
 (``all_reduce``, ``reduce_scatter``, ``all_gather``, ``broadcast``, ``reduce``,
-``all_to_all_single``) instead of the algorithm.
+``all_to_all_single``) instead of the algorithm. bfloat16 buffers (``ml_dtypes``' on the
+numpy side, which ``torch.from_numpy`` does not take) cross between numpy and torch as their
+bits.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -26,7 +31,8 @@ import torch
 import torch.distributed as dist
 
 from algorithms.harness.bench import (
-    BenchConfig, BenchRow, bench_row, buffer_count, check_inputs, count_wrong,
+    AVERAGES, DTYPES, BenchConfig, BenchRow, bench_row, buffer_count, check_inputs,
+    count_wrong, rank_time,
 )
 from algorithms.harness.catalog import Collective
 from algorithms.ops import ReduceOp
@@ -40,6 +46,14 @@ BASELINES = ("none", "native")
 # runs, back to back); "median" times each run and takes the median, the time of a typical
 # run, which a long tail of late wake-ups on a busy machine does not move.
 TIMINGS = ("mean", "median")
+# The ranks' times a row shows by default (nccl-tests' -a), per timing: the mean of their
+# elapsed times, as nccl-tests; for the median run, the slowest rank's time of each run.
+DEFAULT_AVERAGE: Mapping[str, int] = MappingProxyType({"mean": 1, "median": 3})
+# Types torch cannot reduce (no arithmetic on them), with why: -d all leaves them out.
+UNSUPPORTED_DTYPES: Mapping[str, str] = MappingProxyType({
+    name: "torch has no arithmetic for uint32 and uint64 tensors, so realcomm cannot run "
+          "them (simcomm can)" for name in ("uint32", "uint64")})
+_BFLOAT16 = DTYPES["bfloat16"]
 
 _TORCH_OPS = {
     ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.PROD: dist.ReduceOp.PRODUCT,
@@ -57,6 +71,7 @@ NATIVE_NAMES = {
 }
 
 Runner = Callable[[bool], Any]  # one run; the flag asks it to check its arguments first
+RowSink = Callable[[BenchRow], None]
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,7 @@ class RunOptions:
     slice_bytes: int = DEFAULT_SLICE_BYTES
     timing: str = "mean"
     check_messages: bool = False  # the driver's check mode
+    average: int | None = None  # nccl-tests' -a (AVERAGES); None: DEFAULT_AVERAGE[timing]
 
     def __post_init__(self) -> None:
         if self.warmup_iters < 0:
@@ -81,34 +97,49 @@ class RunOptions:
                              f"{', '.join(BASELINES)}")
         if self.timing not in TIMINGS:
             raise ValueError(f"unknown --timing {self.timing!r}; known: {', '.join(TIMINGS)}")
+        if self.average is not None and self.average not in AVERAGES:
+            raise ValueError(f"-a/--average must be one of {', '.join(map(str, AVERAGES))}, "
+                             f"got {self.average}")
+
+    @property
+    def rank_average(self) -> int:
+        """The ``-a`` in force: the one given, or the timing's default."""
+        return DEFAULT_AVERAGE[self.timing] if self.average is None else self.average
 
 
-def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device
-               ) -> list[BenchRow]:
+def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device,
+               on_row: RowSink | None = None) -> list[BenchRow]:
     """Run the benchmark on this rank of the default process group; every rank returns
-    the same rows. A CUDA ``device`` without an index means this process's current one."""
+    the same rows, and rank 0 hands each to ``on_row`` as soon as it is done. A CUDA
+    ``device`` without an index means this process's current one."""
     config.check_world(dist.get_world_size())
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     driver = Driver(timeout=options.timeout, slice_bytes=options.slice_bytes,
                     check=options.check_messages)
-    return [_bench_size(config, options, driver, device, size) for size in config.sizes]
+    rows = []
+    for size in config.sizes:
+        rows.append(_bench_size(config, options, driver, device, size))
+        if on_row is not None and driver.comm.rank == 0:
+            on_row(rows[-1])
+    return rows
 
 
 def _bench_size(config: BenchConfig, options: RunOptions, driver: Driver,
                 device: torch.device, size: int) -> BenchRow:
     p, rank = driver.comm.size, driver.comm.rank
     count = buffer_count(config.collective, p, size, config.dtype.itemsize)
-    x = torch.ones(count, dtype=_torch_dtype(config.dtype), device=device)
+    x = torch.ones(count, dtype=_to_torch(np.empty(0, dtype=config.dtype)).dtype, device=device)
     run = make_runner(config, options.baseline, driver, x)
-    seconds = time_runs(run, options.warmup_iters, options.iters, device, options.timing)
+    seconds = time_runs(run, options.warmup_iters, options.iters, device, options.timing,
+                        options.rank_average)
     wrong = None
     if config.check:
         inputs = check_inputs(p, count, config.dtype, config.op)
-        x.copy_(torch.from_numpy(inputs[rank]))
+        x.copy_(_to_torch(inputs[rank]))
         result = run(False)
         gathered: list[Any] = [None] * p if rank == 0 else []
-        dist.gather_object(None if result is None else result.cpu().numpy(),
+        dist.gather_object(None if result is None else _to_numpy(result),
                            gathered if rank == 0 else None, dst=0)
         count_tensor = torch.zeros(1, dtype=torch.int64, device=device)
         if rank == 0:
@@ -121,14 +152,16 @@ def _bench_size(config: BenchConfig, options: RunOptions, driver: Driver,
 
 
 def time_runs(run: Runner, warmup_iters: int, iters: int, device: torch.device,
-              timing: str = "mean") -> float:
+              timing: str = "mean", average: int | None = None) -> float:
     """Seconds per run: one run that checks the arguments, the warm-up runs, a barrier,
     then ``iters`` timed runs back to back. ``timing="mean"``: their elapsed time over
-    ``iters``, averaged over the ranks (as nccl-tests reports). ``timing="median"``: each
-    run's time on the slowest rank, the median over the runs (on CUDA each run is then
-    synchronised, so runs no longer overlap)."""
+    ``iters``, the ranks' made one by ``average`` (nccl-tests' ``-a``; default 1, the mean
+    over ranks, as nccl-tests reports). ``timing="median"``: each run's time on the ranks
+    made one by ``average`` (default 3, the slowest rank), the median over the runs (on
+    CUDA each run is then synchronised, so runs no longer overlap)."""
     if timing not in TIMINGS:
         raise ValueError(f"unknown timing {timing!r}; known: {', '.join(TIMINGS)}")
+    average = DEFAULT_AVERAGE[timing] if average is None else average
     run(True)
     for _ in range(warmup_iters):
         run(False)
@@ -142,13 +175,18 @@ def time_runs(run: Runner, warmup_iters: int, iters: int, device: torch.device,
     if timing == "mean":
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        elapsed = torch.tensor([(time.perf_counter() - marks[0]) / iters],
-                               dtype=torch.float64, device=device)
-        dist.all_reduce(elapsed)
-        return elapsed.item() / dist.get_world_size()
-    per_run = torch.tensor(np.diff(marks), dtype=torch.float64, device=device)
-    dist.all_reduce(per_run, op=dist.ReduceOp.MAX)
-    return float(np.median(per_run.cpu().numpy()))
+        elapsed = _every_rank([(time.perf_counter() - marks[0]) / iters], device)
+        return rank_time(elapsed[:, 0], average)
+    per_run = _every_rank(np.diff(marks), device)
+    return float(np.median([rank_time(per_run[:, i], average) for i in range(iters)]))
+
+
+def _every_rank(seconds: Any, device: torch.device) -> np.ndarray:
+    """Every rank's ``seconds`` (a sequence of the same length on each), a row per rank."""
+    mine = torch.tensor(seconds, dtype=torch.float64, device=device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    return torch.stack(everyone).cpu().numpy()
 
 
 def make_runner(config: BenchConfig, baseline: str, driver: Driver, x: torch.Tensor
@@ -207,5 +245,15 @@ def _native_runner(collective: Collective, op: ReduceOp | None, root: int | None
     return run
 
 
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+def _to_torch(array: np.ndarray) -> torch.Tensor:
+    """``array`` as a tensor sharing its memory; bfloat16 through its bits."""
+    if array.dtype == _BFLOAT16:
+        return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """``tensor`` on the CPU as a numpy array; bfloat16 as ``ml_dtypes``' through its bits."""
+    if tensor.dtype == torch.bfloat16:
+        return tensor.cpu().view(torch.uint16).numpy().view(_BFLOAT16)
+    return tensor.cpu().numpy()

@@ -7,8 +7,9 @@ nccl-tests' columns, the same as ``simcomm bench`` (see ``algorithms.harness.ben
     torchrun --nproc_per_node 2 -m realcomm bench --algorithm ring_allreduce -b 1M -e 64M
 
 With ``--nprocs N`` it spawns N local processes itself (CPU and gloo unless ``--device``
-says otherwise) and hands each the checked configuration; without, it expects torchrun's
-environment, every process reads its own command line, and rank 0 prints. Bad
+says otherwise) and hands each the checked configurations; without, it expects torchrun's
+environment and every process reads its own command line. Either way rank 0 prints, as
+nccl-tests does: the header first, then each row as soon as it is done. Bad
 arguments and failed runs print one line, ``realcomm: error: ...``, on stderr and exit with
 status 2.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,13 +28,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from algorithms.harness.bench import format_rows, parse_size, parse_sizes
+from algorithms.harness.bench import AVERAGES, BenchConfig, RowWriter, parse_size, parse_sizes
 from algorithms.harness.cli import (
-    Parser, add_bench_arguments, config_from_args, output_file, run_command,
+    Parser, add_bench_arguments, configs_from_args, output_file, run_command,
 )
 from algorithms.protocol import AlgorithmError
 from realcomm.bench import (
-    BASELINES, ITERS, NATIVE_NAMES, TIMINGS, WARMUP_ITERS, RunOptions, bench_rank,
+    BASELINES, DEFAULT_AVERAGE, ITERS, NATIVE_NAMES, TIMINGS, UNSUPPORTED_DTYPES, WARMUP_ITERS,
+    RunOptions, bench_rank,
 )
 from realcomm.calibrate import DEFAULT_SIZES, Measurements, measure
 from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, RealcommError
@@ -81,11 +84,16 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("-n", "--iters", type=int, default=ITERS, metavar="N",
                      help=f"timed runs per size (default {ITERS}, as nccl-tests)")
     _add_timing_argument(run)
+    run.add_argument("-a", "--average", type=int, choices=sorted(AVERAGES), metavar="0-3",
+                     help="which time of the ranks a row shows, as nccl-tests' -a: "
+                          + ", ".join(f"{k} {v}" for k, v in AVERAGES.items())
+                          + f" (default {DEFAULT_AVERAGE['mean']}, as nccl-tests; with "
+                            f"--timing median, {DEFAULT_AVERAGE['median']} for each run)")
     run.add_argument("--baseline", default="none", choices=BASELINES,
                      help="native: time torch's own collective of the same kind instead")
-    run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    run.add_argument("-T", "--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                      help=f"give up on a silent peer after this long (default "
-                          f"{DEFAULT_TIMEOUT:g})")
+                          f"{DEFAULT_TIMEOUT:g}; nccl-tests' -T)")
     run.add_argument("--slice-bytes", default=str(DEFAULT_SLICE_BYTES), metavar="SIZE",
                      help="send larger messages in slices of this size, 0 for whole "
                           f"(default {DEFAULT_SLICE_BYTES})")
@@ -97,25 +105,54 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def bench(args: argparse.Namespace) -> int:
-    """``realcomm bench``: time the collective at every size and print the rows."""
-    config = config_from_args(args)
+    """``realcomm bench``: time the collective at every size (``-d all`` and ``-o all``:
+    every type and op in turn); rank 0 prints each row as it is done."""
+    configs = configs_from_args(args, UNSUPPORTED_DTYPES)
     options = _options_from_args(args)
-    ran = _on_every_rank(args, bench_rank, (config, options), minimum=1,
-                         timeout=options.timeout, check_world=config.check_world)
-    if ran is None:
-        return 0
-    rows, world_size, device = ran
+    _on_every_rank(args, bench_and_print, (configs, options, args.backend), minimum=1,
+                   timeout=options.timeout, check_world=configs[0].check_world)
+    return 0
+
+
+def bench_and_print(configs: Sequence[BenchConfig], options: RunOptions, backend: str | None,
+                    device: torch.device) -> None:
+    """On every rank: run every configuration in turn. Rank 0 prints the header first and
+    each row as soon as it is done (``RowWriter``), as nccl-tests' rank 0 does."""
+    writer = None
+    if dist.get_rank() == 0:
+        header = _bench_header(configs[0], options, backend or backend_for(device),
+                               dist.get_world_size(), device)
+        writer = RowWriter(sys.stdout, configs[0].format, header, algo_column=False)
+        _quietly(writer.start)
+    for config in configs:
+        bench_rank(config, options, device,
+                   None if writer is None else functools.partial(_quietly, writer.write))
+    if writer is not None:
+        _quietly(writer.finish)
+
+
+def _quietly(write: Callable[..., None], *args: Any) -> None:
+    """``write(*args)``; once the reader has gone (``... | head``), the rest of the output
+    goes nowhere and the run goes on, as the other ranks need this one."""
+    try:
+        write(*args)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _bench_header(config: BenchConfig, options: RunOptions, backend: str, world_size: int,
+                  device: torch.device) -> list[str]:
+    """What ``realcomm bench`` runs, for the table's ``#`` lines."""
     what = (f"torch's {NATIVE_NAMES[config.collective.kind]} (baseline for "
             f"{config.collective.name})" if options.baseline == "native"
             else config.collective.name)
+    timing = ("elapsed time over the timed runs" if options.timing == "mean"
+              else "the median run")
     header = [
-        f"realcomm bench: {what} on {world_size} ranks, "
-        f"{args.backend or backend_for(device)} on {device.type}, {options.iters} timed runs "
-        f"after {options.warmup_iters} warm-up runs, "
-        + ("time averaged over ranks" if options.timing == "mean"
-           else "median over runs of the slowest rank's time"),
-        "data check: on" if config.check else "data check: off (--check counts wrong "
-                                              "elements)",
+        f"realcomm bench: {what} on {world_size} ranks, {backend} on {device.type}, "
+        f"{options.iters} timed runs after {options.warmup_iters} warm-up runs, time: "
+        f"{timing}, {AVERAGES[options.rank_average]} (-a {options.rank_average})",
+        "data check: on" if config.check else "data check: off (-c 1 counts wrong elements)",
     ]
     if options.check_messages:
         header.append("message check: not used by the native baseline"
@@ -125,8 +162,7 @@ def bench(args: argparse.Namespace) -> int:
         header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params)
                       + (" (not used by the native baseline)"
                          if options.baseline == "native" else ""))
-    sys.stdout.write(format_rows(rows, config.format, header))
-    return 0
+    return header
 
 
 def _options_from_args(args: argparse.Namespace) -> RunOptions:
@@ -138,7 +174,7 @@ def _options_from_args(args: argparse.Namespace) -> RunOptions:
     except ValueError as error:
         raise ValueError(f"--slice-bytes: {error}") from None
     return RunOptions(args.warmup_iters, args.iters, args.baseline, args.timeout, slice_bytes,
-                      args.timing, args.check_messages)
+                      args.timing, args.check_messages, args.average)
 
 
 def _add_timing_argument(parser: argparse._ActionsContainer) -> None:

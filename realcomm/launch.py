@@ -151,9 +151,9 @@ class LocalGroup:
         """
         _check_grace(grace)
         results: dict[int, Any] = {}
-        # Ranks that failed, in the order they did: their tracebacks, None if they exited
-        # without a result.
-        failed: dict[int, str | None] = {}
+        # Ranks that failed, in the order they did: their tracebacks and what failed in one
+        # line, None if they exited without a result.
+        failed: dict[int, tuple[str, str] | None] = {}
         pending = {conn: rank for rank, conn in enumerate(self.results)}
         sentinels = {p.sentinel: rank for rank, p in enumerate(self.processes)}
         deadline = math.inf
@@ -204,16 +204,16 @@ class LocalGroup:
                 process.kill()
                 process.join()
 
-    def _error(self, failed: dict[int, str | None], running: list[int], grace: float
-               ) -> SpawnError:
+    def _error(self, failed: dict[int, tuple[str, str] | None], running: list[int],
+               grace: float) -> SpawnError:
         first = next(iter(failed))
         stories: dict[int, str] = {}
         ranks_by_line: dict[str, list[int]] = {}
-        for rank, trace in failed.items():
-            if trace is None:
+        for rank, failure in failed.items():
+            if failure is None:
                 line, stories[rank] = self._exit_story(rank)
             else:
-                line, stories[rank] = trace.strip().splitlines()[-1], trace
+                stories[rank], line = failure
             ranks_by_line.setdefault(line, []).append(rank)
         if running:
             line = f"still running {grace:g}s after rank {first} failed: terminated"
@@ -299,6 +299,15 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
                  ).join(grace)
 
 
+def _failure(error: BaseException) -> tuple[bool, tuple[str, str]]:
+    """What a process sends when ``error`` (being handled) ends it: its traceback, and the
+    error in one line for ``SpawnError``'s message (without the notes that a traceback
+    prints after it, which say where, as the message does)."""
+    lines = traceback.format_exception_only(error)
+    line = lines[len(lines) - len(getattr(error, "__notes__", ())) - 1]
+    return False, (traceback.format_exc(), " ".join(line.split()))
+
+
 def _child(rank: int, nprocs: int, port: int, device: str, backend: str | None,
            timeout: float, payload: bytes, args: tuple[Any, ...], results: Connection,
            error_output: Connection) -> None:
@@ -318,12 +327,12 @@ def _child(rank: int, nprocs: int, port: int, device: str, backend: str | None,
                               timeout=datetime.timedelta(seconds=timeout))
         _init(rank, device, backend, timeout, store=store, rank=rank, world_size=nprocs)
         outcome: tuple[bool, Any] = (True, fn(*args))
-    except BaseException:  # reported to the parent, which raises SpawnError
-        outcome = (False, traceback.format_exc())
+    except BaseException as error:  # reported to the parent, which raises SpawnError
+        outcome = _failure(error)
     try:
         results.send(outcome)
-    except (pickle.PicklingError, AttributeError, TypeError):  # say that it does not pickle
-        results.send((False, traceback.format_exc()))
+    except (pickle.PicklingError, AttributeError, TypeError) as error:  # it does not pickle
+        results.send(_failure(error))
     results.close()
     if dist.is_initialized():
         dist.destroy_process_group()

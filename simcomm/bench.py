@@ -1,14 +1,17 @@
 """What ``simcomm bench`` runs: a collective simulated at each size on a topology and scored
 in nccl-tests' columns (``algorithms.harness.bench``).
 
-* ``algorithm_config(spec, sizes)``: the bench configuration of ``NAME`` or
-  ``NAME:key=value,...`` (``reduce_broadcast_allreduce:tree=true``).
+* ``algorithm_config(spec, sizes, dtype, kind)``: the bench configuration of ``NAME`` or
+  ``NAME:key=value,...`` (``reduce_broadcast_allreduce:tree=true``), where a user's own
+  algorithm is named ``module.path:function`` (``mymodule:my_allreduce:chunks=4``);
+  ``split_algorithm_spec`` splits such a spec.
 * ``is_builder``, ``load_named_topology``, ``build_topology``: the topology a name stands
   for: a builder (``ring``, ``fully_connected``, ``switch``, ``hierarchical``) made with
   ranks, bandwidth and latency in human units, a preset or a topology file.
-* ``bench_size(config, topology, size)`` simulates one size and returns its row;
-  ``bench_rows`` every size of the configuration; ``traced_run`` one size again with the op
-  trace, for summaries, Chrome traces and timelines.
+* ``bench_size(config, topology, size, average)`` simulates one size and returns its row;
+  ``bench_rows`` yields every size's row of the configuration as each is simulated;
+  ``traced_run`` one size again with the op trace, for summaries, Chrome traces and
+  timelines.
 
 ``simcomm sweep`` runs ``bench_size`` once per grid point and ``simcomm validate`` once per
 measured row.
@@ -17,11 +20,13 @@ measured row.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from algorithms.harness.bench import (
     BenchConfig, BenchRow, bench_config, bench_row, buffer_count, check_inputs, count_wrong,
+    rank_time,
 )
+from algorithms.harness.catalog import UserAlgorithmError
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
 from simcomm.presets import PRESETS, is_preset_spec
@@ -31,15 +36,31 @@ from simcomm.topology import TOPOLOGIES, Topology, make_topology
 from simcomm.units import parse_bandwidth, parse_seconds
 
 
-def algorithm_config(spec: str, sizes: Iterable[int], dtype: str = "float") -> BenchConfig:
-    """The bench configuration of ``NAME`` or ``NAME:key=value,...`` at ``sizes``, checked
-    as ``simcomm bench`` checks its flags; errors name the spec."""
-    name, _, params = spec.partition(":")
+# The time of a simulated run: when its last rank finishes (nccl-tests' -a 3).
+SLOWEST_RANK = 3
+
+
+def algorithm_config(spec: str, sizes: Iterable[int], dtype: str = "float",
+                     kind: str | None = None) -> BenchConfig:
+    """The bench configuration of ``spec`` (``split_algorithm_spec``) at ``sizes``, its
+    algorithm implementing ``kind`` if it is the user's own; checked as ``simcomm bench``
+    checks its flags; errors name the spec."""
+    name, params = split_algorithm_spec(spec)
     try:
-        return bench_config(name.strip(), sizes, dtype,
-                            params=[p for p in params.split(",") if p.strip()])
+        return bench_config(name, sizes, dtype, kind=kind, params=params)
+    except UserAlgorithmError:
+        raise  # it names the algorithm already
     except ValueError as error:
         raise ValueError(f"algorithm {spec!r}: {error}") from None
+
+
+def split_algorithm_spec(spec: str) -> tuple[str, list[str]]:
+    """An algorithm (a built-in name or ``module.path:function``) and its ``key=value``
+    parameters, from ``NAME``, ``NAME:key=value,...`` or ``module.path:function:key=value``."""
+    name, sep, params = spec.rpartition(":")
+    if not sep or not ("=" in params or not params.strip()):
+        return spec.strip(), []
+    return name.strip(), [p for p in params.split(",") if p.strip()]
 
 
 def is_builder(spec: str) -> bool:
@@ -73,8 +94,11 @@ def _parse(what: str, parse: Callable[[str], float], text: str) -> float:
         raise ValueError(f"{what} {text!r}: {error}") from None
 
 
-def bench_size(config: BenchConfig, topology: Topology, size: int) -> BenchRow:
-    """Simulate ``config``'s collective at ``size`` bytes on ``topology`` and score it.
+def bench_size(config: BenchConfig, topology: Topology, size: int,
+               average: int = SLOWEST_RANK) -> BenchRow:
+    """Simulate ``config``'s collective at ``size`` bytes on ``topology`` and score it; its
+    time is the ranks' finish times made one as nccl-tests' ``-a`` says (``rank_time``;
+    default the last rank's, when the collective is done).
 
     Size-only buffers unless ``config.check``, which runs numpy data and counts wrong
     elements.
@@ -93,13 +117,16 @@ def bench_size(config: BenchConfig, topology: Topology, size: int) -> BenchRow:
                             config.root, dict(config.params))
     algo = "; ".join(dict.fromkeys(launch.describe() for launch in result.launches))
     return bench_row(config.collective, p, size, config.dtype, config.op, config.root,
-                     result.time, wrong, algo)
+                     rank_time(result.finish_times, average), wrong, algo)
 
 
-def bench_rows(config: BenchConfig, topology: Topology) -> list[BenchRow]:
-    """Every size of ``config`` on ``topology``, after checking its root is a rank."""
+def bench_rows(config: BenchConfig, topology: Topology, average: int = SLOWEST_RANK
+               ) -> Iterator[BenchRow]:
+    """Every size of ``config`` on ``topology``, each row as soon as it is simulated (its
+    root is checked against the ranks first)."""
     config.check_world(topology.size)
-    return [bench_size(config, topology, size) for size in config.sizes]
+    for size in config.sizes:
+        yield bench_size(config, topology, size, average)
 
 
 def traced_run(config: BenchConfig, topology: Topology, size: int,

@@ -34,13 +34,17 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from algorithms.harness.bench import format_rows, parse_size, parse_sizes, size_range
-from algorithms.harness.cli import (
-    Parser, UsageError, add_bench_arguments, config_from_args, output_file, run_command,
+from algorithms.harness.bench import (
+    AVERAGES, BenchConfig, RowWriter, parse_size, parse_sizes, size_range,
 )
+from algorithms.harness.cli import (
+    NCCL_TESTS_REFUSED, Parser, Refused, UsageError, add_bench_arguments, configs_from_args,
+    output_file, run_command,
+)
+from algorithms.harness.catalog import KINDS
 from algorithms.harness.tuner_file import format_tuner_file, rows_for
 from algorithms.protocol import AlgorithmError
-from simcomm.bench import bench_rows, is_builder, load_named_topology, traced_run
+from simcomm.bench import SLOWEST_RANK, bench_rows, is_builder, load_named_topology, traced_run
 from simcomm.calibration import load_calibration
 from simcomm.crossover import crossovers, format_crossovers
 from simcomm.presets import describe, list_presets
@@ -93,7 +97,8 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
         description="Simulate a collective at each size and print nccl-tests' columns. "
                     "Buffers are size-only (nothing is allocated) unless --check asks for "
                     "real data.")
-    add_bench_arguments(parser)
+    add_bench_arguments(parser, NCCL_TESTS_REFUSED + (_NO_TIMEOUT,))
+    _add_iteration_arguments(parser)
     parser.add_argument("--summary", action="store_true",
                         help="after the rows, summarise the run of the largest size: busiest "
                              "links and each rank's busy and idle time (on stderr with "
@@ -106,6 +111,27 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
                              "matplotlib)")
     _add_topology_arguments(parser)
     parser.set_defaults(run=bench)
+
+
+# A simulation cannot wait on a silent peer: -T has nothing to bound.
+_NO_TIMEOUT = Refused(("-T", "--timeout"), "0", "a simulated run cannot hang: a deadlock is "
+                      "reported at once, as an error that names the unposted receives")
+
+
+def _add_iteration_arguments(parser: argparse.ArgumentParser) -> None:
+    """nccl-tests' -w, -n and -a, as a simulation takes them."""
+    runs = parser.add_argument_group(
+        "runs", "a simulated run is deterministic: every run of a size takes the same time, "
+                "so -w and -n are accepted from nccl-tests' command lines and change nothing")
+    runs.add_argument("-w", "--warmup_iters", type=int, metavar="N",
+                      help="accepted, changes nothing (nccl-tests: warm-up runs)")
+    runs.add_argument("-n", "--iters", type=int, metavar="N",
+                      help="accepted, changes nothing (nccl-tests: timed runs)")
+    runs.add_argument("-a", "--average", type=int, choices=sorted(AVERAGES), metavar="0-3",
+                      help="which time of the ranks a row shows: "
+                           + ", ".join(f"{k} {v}" for k, v in AVERAGES.items())
+                           + f" (default {SLOWEST_RANK}: when the collective is done; "
+                             "nccl-tests' default is 1, its ranks' loops end together)")
 
 
 def _add_topology_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,30 +158,61 @@ def _add_topology_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def bench(args: argparse.Namespace) -> int:
-    """``simcomm bench``: simulate the collective at every size and print the rows."""
-    config = config_from_args(args)
+    """``simcomm bench``: simulate the collective at every size and print each row as it is
+    done (``-d all`` and ``-o all``: every type and op in turn)."""
+    configs = configs_from_args(args)
     topology = _topology_from_args(args)
-    rows = bench_rows(config, topology)
-    header = [
-        "data check: on (numpy data)" if config.check else
-        "data check: off (size-only buffers; --check runs real data)",
-    ]
+    _check_runs(args)
+    for config in configs:
+        config.check_world(topology.size)
+    average = SLOWEST_RANK if args.average is None else args.average
+    writer = RowWriter(sys.stdout, configs[0].format, _bench_header(args, configs[0], topology))
+    writer.start()
+    for config in configs:
+        for row in bench_rows(config, topology, average):
+            writer.write(row)
+    writer.finish()
+    if args.summary or args.trace or args.timeline:
+        _largest_run(args, configs[0], topology)
+    return 0
+
+
+def _check_runs(args: argparse.Namespace) -> None:
+    """-w and -n change nothing here, but are checked as nccl-tests' would be used."""
+    for flag, runs, least in (("-w/--warmup_iters", args.warmup_iters, 0),
+                              ("-n/--iters", args.iters, 1)):
+        if runs is not None and runs < least:
+            raise ValueError(f"{flag} must be >= {least}, got {runs}")
+
+
+def _bench_header(args: argparse.Namespace, config: BenchConfig, topology: Topology
+                  ) -> list[str]:
+    """What ``simcomm bench`` ran, for the table's ``#`` lines."""
+    name = config.collective.name
     if is_builder(args.topology):
-        header.insert(0, f"simcomm bench: {config.collective.name} on {topology.size} ranks, "
-                         f"{args.topology} topology, links {args.bandwidth} and {args.latency}, "
-                         f"reduce bandwidth {args.reduce_bandwidth or 'inf'}")
+        header = [f"simcomm bench: {name} on {topology.size} ranks, {args.topology} topology, "
+                  f"links {args.bandwidth} and {args.latency}, reduce bandwidth "
+                  f"{args.reduce_bandwidth or 'inf'}"]
     else:
-        header.insert(0, f"simcomm bench: {config.collective.name} on {topology.size} ranks, "
-                         f"topology {topology.name} (simcomm topo show {args.topology} lists "
-                         "its links)")
+        header = [f"simcomm bench: {name} on {topology.size} ranks, topology {topology.name} "
+                  f"(simcomm topo show {args.topology} lists its links)"]
+    header.append("data check: on (numpy data)" if config.check else
+                  "data check: off (size-only buffers; -c 1 runs real data)")
     if args.topology == "hierarchical":
         header.append(f"network links {args.inter_bandwidth or args.bandwidth} and "
                       f"{args.inter_latency or args.latency}")
     if config.params:
         header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params))
-    sys.stdout.write(format_rows(rows, config.format, header))
-    if not (args.summary or args.trace or args.timeline):
-        return 0
+    if args.warmup_iters is not None or args.iters is not None:
+        header.append("-w/-n: one run per size; a simulated run is deterministic, so every "
+                      "run takes the same time")
+    if args.average is not None:
+        header.append(f"time: {AVERAGES[args.average]} (-a {args.average})")
+    return header
+
+
+def _largest_run(args: argparse.Namespace, config: BenchConfig, topology: Topology) -> None:
+    """The run of the largest size again, traced: its summary, trace file and timeline."""
     largest = max(config.sizes)
     result = traced_run(config, topology, largest, args.trace)
     notes = []
@@ -170,7 +227,6 @@ def bench(args: argparse.Namespace) -> int:
     stream = sys.stdout if config.format == "table" else sys.stderr
     text = "\n".join(notes)
     stream.write("".join(f"# {line}\n" for line in text.splitlines()) + "#\n")
-    return 0
 
 
 def _save_timeline(result: SimResult, title: str, path: str) -> None:
@@ -416,8 +472,11 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     grid = parser.add_argument_group("grid")
     grid.add_argument("--algorithm", metavar="LIST", default=",".join(DEFAULT_ALGORITHMS),
                       help="algorithms, NAME or NAME:key=value (e.g. "
-                           "reduce_broadcast_allreduce:tree=true); default: the three "
-                           "all-reduces")
+                           "reduce_broadcast_allreduce:tree=true), your own as "
+                           "module.path:function[:key=value]; default: the three all-reduces")
+    grid.add_argument("--kind", metavar="COLLECTIVE",
+                      help="which nccl-tests collective your module:function algorithms "
+                           f"implement: {', '.join(KINDS)} (default allreduce)")
     grid.add_argument("--sizes", metavar="LIST", help="sizes, e.g. 1KiB,1MiB,1GiB "
                                                       "(default: 1KiB to 1GiB, x4)")
     grid.add_argument("-b", "--minbytes", metavar="SIZE", help="smallest size (default 1K)")
@@ -494,7 +553,8 @@ def _grid_from_args(args: argparse.Namespace) -> Grid:
         latencies=tuple(split_list(args.latency))
         if args.latency is not None else DEFAULT_LATENCIES,
         dtype=args.dtype,
-        reduce_bandwidth="inf" if args.reduce_bandwidth is None else args.reduce_bandwidth)
+        reduce_bandwidth="inf" if args.reduce_bandwidth is None else args.reduce_bandwidth,
+        kind=args.kind)
 
 
 def _sweep_sizes(args: argparse.Namespace) -> tuple[int, ...]:

@@ -14,9 +14,11 @@ What becomes of the rows is elsewhere: ``simcomm.sweep_csv`` writes and reads th
 ``simcomm.crossover`` finds which algorithm wins where, ``simcomm.plots`` draws them.
 
 An algorithm is written ``NAME`` or ``NAME:key=value,key=value`` with the algorithm's keyword
-arguments (``reduce_broadcast_allreduce:tree=true``); a preset takes its parameters the same
-way (``cluster-h100:nodes=4``). In a comma list such parameters stay with their name:
-``split_list("switch,fattree-h100:nodes=8,nodes_per_leaf=2")`` is two topologies.
+arguments (``reduce_broadcast_allreduce:tree=true``), where a user's own algorithm is named
+``module.path:function`` (of the collective ``Grid.kind``, an all-reduce unless it says); a
+preset takes its parameters the same way (``cluster-h100:nodes=4``). In a comma list such
+parameters stay with their name: ``split_list("switch,fattree-h100:nodes=8,nodes_per_leaf=2")``
+is two topologies.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from dataclasses import dataclass
 from typing import IO
 
 from algorithms.harness.bench import CSV_HEADER, size_range
+from algorithms.harness.catalog import is_user_algorithm
 from simcomm.bench import (
     algorithm_config, bench_size, build_topology, is_builder, load_named_topology,
+    split_algorithm_spec,
 )
 from simcomm.sweep_csv import SweepRow
 
@@ -70,6 +74,7 @@ class Point:
     size: int  # bytes
     dtype: str = "float"
     reduce_bandwidth: str = "inf"
+    kind: str | None = None  # what a module:function algorithm implements
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class Grid:
     latencies: tuple[str, ...] = DEFAULT_LATENCIES
     dtype: str = "float"
     reduce_bandwidth: str = "inf"
+    kind: str | None = None  # what the module:function algorithms implement (allreduce)
 
     def points(self) -> list[Point]:
         """Check every axis (raising ``ValueError`` naming the bad value) and list the
@@ -94,7 +100,7 @@ class Grid:
         for ranks in self.ranks:
             if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
                 raise ValueError(f"ranks must be ints >= 1, got {ranks!r}")
-        configs = {spec: algorithm_config(spec, self.sizes, self.dtype)
+        configs = {spec: algorithm_config(spec, self.sizes, self.dtype, self._kind(spec))
                    for spec in self.algorithms}
         points = []
         for topology in self.topologies:
@@ -102,9 +108,14 @@ class Grid:
                 for spec, config in configs.items():
                     config.check_world(ranks)
                     points += [Point(spec, topology, ranks, bandwidth, latency, size,
-                                     self.dtype, self.reduce_bandwidth)
+                                     self.dtype, self.reduce_bandwidth, self._kind(spec))
                                for size in self.sizes]
         return points
+
+    def _kind(self, spec: str) -> str | None:
+        """``kind`` for an algorithm of the user's own (``module:function``), else None: a
+        built-in one has its own."""
+        return self.kind if is_user_algorithm(split_algorithm_spec(spec)[0]) else None
 
     def _settings(self, topology: str) -> list[tuple[int, str, str]]:
         """(ranks, bandwidth, latency) of each topology made from ``topology``; each is
@@ -124,7 +135,7 @@ class Grid:
 
 def run_point(point: Point) -> SweepRow:
     """Simulate one grid point (size-only, no trace)."""
-    config = algorithm_config(point.algorithm, (point.size,), point.dtype)
+    config = algorithm_config(point.algorithm, (point.size,), point.dtype, point.kind)
     topology = build_topology(point.topology, point.ranks, point.bandwidth, point.latency,
                               point.reduce_bandwidth)
     row = bench_size(config, topology, point.size)

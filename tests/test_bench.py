@@ -4,6 +4,7 @@ size/count/bandwidth rules, the data check and the output formats."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import pickle
 
@@ -14,11 +15,17 @@ from hypothesis import strategies as st
 
 from algorithms import ReduceOp
 from algorithms.harness.bench import (
-    CSV_HEADER, BenchRow, bench_config, bench_row, buffer_count, check_inputs, count_wrong,
-    format_csv, format_json, format_table, parse_size, parse_sizes, size_range,
+    CSV_HEADER, DTYPES, BenchRow, RowWriter, bench_config, bench_row, buffer_count,
+    check_inputs, count_wrong, format_csv, format_json, format_table, parse_size, parse_sizes,
+    rank_time, size_range, size_steps,
 )
-from algorithms.harness.catalog import COLLECTIVES, get_collective
-from algorithms.harness.cli import add_bench_arguments, config_from_args
+from algorithms.harness.catalog import (
+    COLLECTIVES, KINDS, UserAlgorithmError, get_collective, kind_name,
+)
+from algorithms.harness.cli import (
+    NCCL_TESTS_REFUSED, Parser, UsageError, add_bench_arguments, config_from_args,
+    configs_from_args,
+)
 from algorithms.reference import reduced
 from simcomm import fully_connected, simulate
 
@@ -35,13 +42,23 @@ PARAM_VARIANTS = [(name, {}) for name in COLLECTIVES] + [
     ("reduce", {"tree": True}), ("broadcast", {"tree": True}),
     ("reduce_broadcast_allreduce", {"tree": True}), ("alltoall_allreduce", {"chunked": True}),
 ]
-DTYPES = ["float16", "float32", "float64", "int32", "int64"]
+TYPE_NAMES = ["float16", "float32", "float64", "int32", "int64", "int8", "uint8", "uint32",
+          "uint64", "bfloat16"]
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_bench_arguments(parser)
     return parser.parse_args(list(argv))
+
+
+def parse_error(*argv: str) -> str:
+    """The one-line message of a command line that the bench flags refuse."""
+    parser = Parser(prog="bench")
+    add_bench_arguments(parser)
+    with pytest.raises(UsageError) as caught:
+        parser.parse_args(list(argv))
+    return str(caught.value)
 
 
 # -- sizes ------------------------------------------------------------------------------
@@ -116,7 +133,7 @@ def test_param_values_are_typed(text: str, value: object) -> None:
     (["--algorithm", "ring_allreduce", "--sizes", "6"], "not a multiple of the float"),
     (["--algorithm", "ring_allreduce", "--sizes", "1KiB", "-b", "1K"], "not both"),
     (["--algorithm", "ring_allreduce", "--sizes", "1QB"], "unknown size unit"),
-    (["--algorithm", "ring_allreduce", "--dtype", "bfloat16"], "unknown --dtype"),
+    (["--algorithm", "ring_allreduce", "--dtype", "float8"], "unknown --dtype"),
     (["--algorithm", "ring_allreduce", "--op", "xor"], "unknown --op"),
     (["--algorithm", "ring_allreduce", "--format", "xml"], "unknown --format"),
     (["--algorithm", "all_gather", "--op", "sum"], "all_gather does not reduce"),
@@ -179,7 +196,7 @@ def test_root_checked_against_world_size() -> None:
 # -- rows -------------------------------------------------------------------------------
 
 @given(name=st.sampled_from(sorted(COLLECTIVES)), p=st.integers(1, 64),
-       count=st.integers(0, 10**6), dtype=st.sampled_from(DTYPES),
+       count=st.integers(0, 10**6), dtype=st.sampled_from(TYPE_NAMES),
        seconds=st.floats(1e-7, 10.0))
 @example(name="all_gather", p=3, count=256, dtype="float32", seconds=1e-3)
 def test_row_follows_nccl_tests(name: str, p: int, count: int, dtype: str, seconds: float
@@ -219,7 +236,7 @@ def test_row_examples() -> None:
 
 # -- data check -------------------------------------------------------------------------
 
-@given(p=st.integers(1, 40), dtype=st.sampled_from(DTYPES),
+@given(p=st.integers(1, 40), dtype=st.sampled_from(TYPE_NAMES),
        op=st.sampled_from(list(ReduceOp)), seed=st.integers(0, 2**32 - 1),
        data=st.data())
 @example(p=16, dtype="float16", op=ReduceOp.PROD, seed=0, data=None)
@@ -245,6 +262,20 @@ def test_check_inputs_value_ranges() -> None:
     assert max(np.abs(a).max() for a in check_inputs(1000, 50, "float16", ReduceOp.SUM)) == 2
     with pytest.raises(ValueError, match="half sums exact on 4096 ranks"):
         check_inputs(4096, 1, "float16", ReduceOp.AVG)
+    # bfloat16 holds every integer up to 2**8 = 256 exactly
+    assert max(np.abs(a).max() for a in check_inputs(100, 50, "bfloat16", ReduceOp.SUM)) == 2
+    with pytest.raises(ValueError, match="bfloat16 sums exact on 257 ranks"):
+        check_inputs(257, 1, "bfloat16", ReduceOp.SUM)
+
+
+@pytest.mark.parametrize("op", list(ReduceOp))
+def test_bfloat16_runs_and_checks_like_the_other_types(op: ReduceOp) -> None:
+    collective = get_collective("ring_allreduce")
+    inputs = check_inputs(5, 77, "bfloat16", op)
+    assert inputs[0].dtype == DTYPES["bfloat16"] == np.dtype("bfloat16")
+    result = simulate(collective.function, inputs, fully_connected(5, 1e9, 1e-6), op=op)
+    assert count_wrong(collective, inputs, result.results, op, None, {}) == 0
+    assert result.results[0].dtype == DTYPES["bfloat16"]
 
 
 @pytest.mark.parametrize("name, params", PARAM_VARIANTS)
@@ -329,3 +360,217 @@ def test_rows_that_say_what_ran_show_it_in_a_last_column() -> None:
     assert lines[1].endswith("#wrong  algo/proto/channels")
     assert lines[3].endswith("N/A  tree/LL/8")
     assert "algo" not in format_table(ROWS)
+
+
+# -- nccl-tests' flags ------------------------------------------------------------------
+
+def test_nccl_tests_short_flags_mean_the_long_ones() -> None:
+    short = config_from_args(parse("--algorithm", "reduce", "-b", "1K", "-e", "4K", "-f", "4",
+                                   "-d", "double", "-o", "max", "-r", "1", "-c", "1"))
+    long = config_from_args(parse("--algorithm", "reduce", "--minbytes", "1K", "--maxbytes",
+                                  "4K", "--stepfactor", "4", "--datatype", "double", "--op",
+                                  "max", "--root", "1", "--check", "1"))
+    old = config_from_args(parse("--algorithm", "reduce", "--sizes", "1KiB,4KiB", "--dtype",
+                                 "double", "--op", "max", "--root", "1", "--check"))
+    assert short == long == old
+    assert (short.sizes, short.type_name, short.op, short.root, short.check) == (
+        (1024, 4096), "double", ReduceOp.MAX, 1, True)
+
+
+@pytest.mark.parametrize("argv, check", [
+    ((), False), (("-c", "0"), False), (("-c", "1"), True), (("--check",), True),
+    (("--check", "0"), False), (("-c",), True),
+])
+def test_check_takes_0_or_1_or_nothing(argv: tuple[str, ...], check: bool) -> None:
+    assert config_from_args(parse("--algorithm", "reduce", "--sizes", "8", *argv)).check is check
+
+
+def test_check_refuses_other_counts() -> None:
+    assert parse_error("--algorithm", "reduce", "-c", "2") == (
+        "argument -c/--check: takes 0 (off) or 1 (on), got '2' (one data check runs per "
+        "size) (see bench --help)")
+
+
+def test_all_types_and_ops_run_each_in_turn_in_nccl_tests_order() -> None:
+    configs = configs_from_args(parse("--algorithm", "ring_allreduce", "--sizes", "8",
+                                      "-d", "all", "-o", "all"))
+    assert [(c.type_name, c.op.value) for c in configs] == [
+        (dtype, op.value) for dtype in DTYPES for op in ReduceOp]
+    assert list(DTYPES) == ["int8", "uint8", "int32", "uint32", "int64", "uint64", "half",
+                            "float", "double", "bfloat16"]
+    gathers = configs_from_args(parse("--algorithm", "all_gather", "--sizes", "8", "-d", "all"))
+    assert [c.op for c in gathers] == [None] * len(DTYPES)
+    with pytest.raises(ValueError, match="all_gather does not reduce"):
+        configs_from_args(parse("--algorithm", "all_gather", "--sizes", "8", "-o", "all"))
+    with pytest.raises(ValueError, match="-d all and -o all make several configurations"):
+        config_from_args(parse("--algorithm", "ring_allreduce", "--sizes", "8", "-o", "all"))
+
+
+def test_a_transport_leaves_out_the_types_it_cannot_run() -> None:
+    unsupported = {"uint32": "no arithmetic"}
+    configs = configs_from_args(parse("--algorithm", "ring_allreduce", "--sizes", "8",
+                                      "-d", "all"), unsupported)
+    assert [c.type_name for c in configs] == [d for d in DTYPES if d != "uint32"]
+    with pytest.raises(ValueError, match="^--dtype uint32: no arithmetic$"):
+        configs_from_args(parse("--algorithm", "ring_allreduce", "-d", "uint32"), unsupported)
+
+
+def test_mulsum_is_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError, match="--op mulsum: NCCL's pre-multiplied sum is not one "
+                                         "of the reductions the algorithms implement; use sum"):
+        config_from_args(parse("--algorithm", "ring_allreduce", "-o", "mulsum"))
+
+
+@pytest.mark.parametrize("refused", NCCL_TESTS_REFUSED, ids=lambda r: r.flags[0])
+def test_nccl_tests_flags_that_do_not_apply_are_refused_with_the_reason(refused) -> None:
+    short, long = refused.flags
+    message = parse_error("--algorithm", "ring_allreduce", short, "2")
+    assert message == f"argument {short}/{long}: {refused.reason} (see bench --help)"
+    assert parse_error("--algorithm", "ring_allreduce", long) == message
+    if refused.default is not None:  # nccl-tests' default changes nothing: accepted
+        assert parse("--algorithm", "ring_allreduce", short, refused.default)
+
+
+def test_sizes_stepped_by_bytes() -> None:
+    assert size_steps(1024, 4096, 1024) == (1024, 2048, 3072, 4096)
+    assert size_steps(8, 20, 8) == (8, 16)
+    config = config_from_args(parse("--algorithm", "ring_allreduce", "-b", "1K", "-e", "3K",
+                                    "-i", "1K"))
+    assert config.sizes == (1024, 2048, 3072)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-b", "1K", "-e", "4K", "-i", "0"], "-i/--stepbytes must be >= 1 byte, got 0"),
+    (["-b", "1K", "-e", "4K", "-i", "1K", "-f", "2"], "give either -f/--stepfactor or "
+                                                     "-i/--stepbytes, not both"),
+    (["-b", "1Kb"], "-b: size '1Kb' is ambiguous"),
+    (["-e", "1Mb"], "-e: size '1Mb' is ambiguous"),
+    (["--sizes", "1Gb"], "size '1Gb' is ambiguous: a small b means bits, as in rates (Gb/s); "
+                         "write 1GB for 10^9 bytes, or 1G or 1GiB for 2^30 bytes"),
+])
+def test_size_flag_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        config_from_args(parse("--algorithm", "ring_allreduce", *argv))
+    assert message in str(caught.value)
+
+
+def test_rank_time_as_nccl_tests_average() -> None:
+    seconds = [3.0, 1.0, 2.0, 6.0]
+    assert [rank_time(seconds, a) for a in range(4)] == [3.0, 3.0, 1.0, 6.0]
+    with pytest.raises(ValueError, match="-a/--average must be one of 0 .rank 0's time."):
+        rank_time(seconds, 4)
+
+
+# -- algorithms of a user's own ---------------------------------------------------------
+
+def test_a_users_algorithm_is_an_allreduce_unless_its_kind_says(user_algorithms: str) -> None:
+    mine = get_collective(f"{user_algorithms}:my_allreduce")
+    assert (mine.name, mine.kind, mine.takes_op, mine.takes_root) == (
+        f"{user_algorithms}:my_allreduce", "allreduce", True, False)
+    assert mine.reference is COLLECTIVES["ring_allreduce"].reference
+    broadcast = get_collective(f"{user_algorithms}:my_broadcast", "broadcast")
+    assert (broadcast.kind, broadcast.takes_op, broadcast.takes_root) == (
+        "broadcast", False, True)
+    assert broadcast.reference is COLLECTIVES["broadcast"].reference
+    assert get_collective(f"{user_algorithms}:my_broadcast", "broadcast") == broadcast
+    config = bench_config(f"{user_algorithms}:small_only", [64], "int32", op="max",
+                          params=["limit=3"], check=True)
+    assert config.algorithm_kwargs() == {"limit": 3, "op": ReduceOp.MAX}
+    assert pickle.loads(pickle.dumps(config)) == config
+
+
+@pytest.mark.parametrize("text", ["all_reduce", "allreduce", "Reduce_Scatter", "all_to_all"])
+def test_kinds_are_written_either_way(text: str) -> None:
+    assert kind_name(text) in KINDS
+
+
+@pytest.mark.parametrize("algorithm, kind, message", [
+    ("{m}_nope:f", None, "--algorithm '{m}_nope:f': no module named '{m}_nope' (looked in the "
+                         "working folder"),
+    ("{m}:nope", None, "--algorithm '{m}:nope': module {m} has no 'nope'"),
+    ("{m}:not_a_generator", None, "--algorithm '{m}:not_a_generator': not_a_generator is not "
+                                  "a generator function; an algorithm yields its ops"),
+    ("{m}:no_buffer", None, "--algorithm '{m}:no_buffer': no_buffer must take (comm, x, ...), "
+                            "not (comm)"),
+    ("{m}:sums_only", None, "--algorithm '{m}:sums_only': allreduce takes op, so sums_only "
+                            "must too (def sums_only(comm, x, op=SUM, ...)), or give the --kind "
+                            "it implements"),
+    ("{m}:my_allreduce", "reduce", "reduce takes root, so my_allreduce must too"),
+    ("{m}_broken:f", None, "--algorithm '{m}_broken:f': importing {m}_broken failed: "
+                           "RuntimeError: boom"),
+    ("{m}_needs:f", None, "--algorithm '{m}_needs:f': importing {m}_needs failed: No module "
+                          "named 'no_such_package_here'"),
+    ("{m}:", None, "--algorithm '{m}:': write a built-in name or module.path:function"),
+])
+def test_a_users_algorithm_that_cannot_run_is_one_line(user_algorithms: str, algorithm: str,
+                                                       kind: str | None, message: str) -> None:
+    with pytest.raises(UserAlgorithmError) as caught:
+        bench_config(algorithm.format(m=user_algorithms), [8], kind=kind)
+    assert message.format(m=user_algorithms) in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("algorithm, kind, message", [
+    ("ring_allreduce", "broadcast", "--kind broadcast: ring_allreduce implements allreduce "
+                                    "(--kind says what an algorithm of your own"),
+    ("{m}:my_allreduce", "allgathr", "unknown --kind 'allgathr'; known: allreduce, "
+                                     "reducescatter, allgather, broadcast, reduce, alltoall"),
+])
+def test_kind_errors(user_algorithms: str, algorithm: str, kind: str, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        bench_config(algorithm.format(m=user_algorithms), [8], kind=kind)
+    assert message in str(caught.value)
+
+
+# -- rows as they come ------------------------------------------------------------------
+
+def test_row_writer_prints_the_header_first_and_each_row_at_once() -> None:
+    stream = io.StringIO()
+    writer = RowWriter(stream, "table", ["what ran"], algo_column=False)
+    writer.start()
+    header = stream.getvalue()
+    assert header.splitlines()[0] == "# what ran"
+    assert header.splitlines()[-2].split()[1:] == ["size", "count", "type", "redop", "root",
+                                                   "time", "algbw", "busbw", "#wrong"]
+    writer.write(ROWS[0])
+    assert stream.getvalue() == header + format_table(ROWS[:1]).splitlines(True)[3]
+    writer.write(ROWS[1])
+    assert "Out of bounds" not in stream.getvalue()
+    writer.finish()
+    assert stream.getvalue() == format_table(ROWS, ["what ran"])
+
+
+def test_row_writer_heads_the_columns_with_the_first_row_when_it_must_tell() -> None:
+    stream = io.StringIO()
+    writer = RowWriter(stream, "table")
+    writer.start()
+    assert stream.getvalue() == "#\n"
+    ran = BenchRow(8, 2, "float", "sum", -1, 20.4, 0.0, 0.0, None, "tree/LL/8")
+    writer.write(ran)
+    assert stream.getvalue().splitlines()[1].endswith("#wrong  algo/proto/channels")
+    assert stream.getvalue().splitlines()[3].endswith("N/A  tree/LL/8")
+    stream = io.StringIO()
+    empty = RowWriter(stream, "table")
+    empty.start()
+    empty.finish()  # no row: the heading still comes, before the summary
+    assert stream.getvalue().splitlines()[1].endswith("#wrong")
+
+
+def test_csv_streams_and_json_comes_whole() -> None:
+    stream = io.StringIO()
+    writer = RowWriter(stream, "csv")
+    writer.start()
+    writer.write(ROWS[0])
+    assert stream.getvalue() == "".join(format_csv(ROWS).splitlines(True)[:2])
+    writer.write(ROWS[1])
+    writer.finish()
+    assert stream.getvalue() == format_csv(ROWS)
+    stream = io.StringIO()
+    writer = RowWriter(stream, "json")
+    writer.start()
+    writer.write(ROWS[0])
+    assert stream.getvalue() == ""
+    writer.finish()
+    assert stream.getvalue() == format_json(ROWS[:1])
+    with pytest.raises(ValueError, match="unknown format 'xml'"):
+        RowWriter(stream, "xml")

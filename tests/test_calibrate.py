@@ -49,7 +49,8 @@ def test_the_measurements_file_is_what_simcomm_reads() -> None:
         measurements.reduction, BURST)
 
 
-def test_calibrate_fit_then_validate(tmp_path, capsys, monkeypatch) -> None:
+def test_calibrate_fit_then_validate(tmp_path, capfd, monkeypatch) -> None:
+    # capfd: realcomm bench's rank 0, a process of its own, prints the rows
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     measurements_file = tmp_path / "cal.json"
@@ -58,13 +59,13 @@ def test_calibrate_fit_then_validate(tmp_path, capsys, monkeypatch) -> None:
     code = realcomm_main(["calibrate", "--nprocs", "2", "--out", str(measurements_file),
                           "--sizes", "4KiB,1MiB,4MiB", "-n", "3", "--timing", "median",
                           "--rounds", "2"])
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     assert code == 0, err
     assert out.startswith("  size (B)  exchange ping-pong")
     assert f"wrote {measurements_file}" in out
     assert json.loads(measurements_file.read_text())["sizes_bytes"] == [4096, 2**20, 4 * 2**20]
     assert simcomm_main(["fit", str(measurements_file), "--out", str(topology_file)]) == 0
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     assert "links: L" in out and f"wrote {topology_file}" in out
     topology = load_topology(topology_file)
     assert topology.size == 2
@@ -81,13 +82,13 @@ def test_calibrate_fit_then_validate(tmp_path, capsys, monkeypatch) -> None:
         code = realcomm_main(["bench", "--nprocs", "2", "--algorithm", algorithm, "--sizes",
                               "4KiB,64KiB", "--format", "csv", "-w", "1", "-n", "3",
                               "--timing", "median"])
-        out, err = capsys.readouterr()
+        out, err = capfd.readouterr()
         assert code == 0, err
         measured[algorithm] = tmp_path / f"{algorithm}.csv"
         measured[algorithm].write_text(out)
     assert simcomm_main(["validate", "--topology", str(topology_file),
                          *[f"--measured={name}={path}" for name, path in measured.items()]]) == 0
-    report = capsys.readouterr().out.splitlines()
+    report = capfd.readouterr().out.splitlines()
     rows = [line for line in report if line.split()[:1] in (["ring_allreduce"], ["all_gather"])]
     assert len(rows) == 4 + 2  # two sizes each, then one summary line each
     assert "median |err|" in "\n".join(report)

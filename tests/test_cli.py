@@ -8,6 +8,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -174,6 +175,34 @@ BAD_ARGS = [
     (["--algorithm", "ring_allreduce", "--timeline", "no/such/folder/run.png"],
      "argument --timeline: folder no/such/folder does not exist"),
     (["--algorithm", "ring_allreduce", "--trace", "."], "argument --trace: . is a folder"),
+    (["--algorithm", "ring_allreduce", "-t", "2"], "argument -t/--nthreads: threads per "
+                                                   "process do not apply"),
+    (["--algorithm", "ring_allreduce", "-g", "8"], "argument -g/--ngpus: GPUs per process do "
+                                                   "not apply: a rank drives one GPU; give the "
+                                                   "number of ranks (simcomm: --ranks"),
+    (["--algorithm", "ring_allreduce", "-G", "1"], "argument -G/--cudagraph: CUDA graphs do "
+                                                   "not apply"),
+    (["--algorithm", "ring_allreduce", "-z", "1"], "argument -z/--blocking: nccl-tests' "
+                                                   "blocking mode"),
+    (["--algorithm", "ring_allreduce", "-m", "4"], "argument -m/--agg_iters: aggregated "
+                                                   "iterations"),
+    (["--algorithm", "ring_allreduce", "-T", "30"], "argument -T/--timeout: a simulated run "
+                                                    "cannot hang"),
+    (["--algorithm", "ring_allreduce", "-F", "out.csv"], "argument -F/--output_file: "
+                                                         "nccl-tests' CSV layout"),
+    (["--algorithm", "ring_allreduce", "-c", "3"], "argument -c/--check: takes 0 (off) or 1"),
+    (["--algorithm", "ring_allreduce", "-o", "mulsum"], "--op mulsum: NCCL's pre-multiplied "
+                                                        "sum is not one of the reductions"),
+    (["--algorithm", "ring_allreduce", "-n", "0"], "-n/--iters must be >= 1, got 0"),
+    (["--algorithm", "ring_allreduce", "-w", "-1"], "-w/--warmup_iters must be >= 0, got -1"),
+    (["--algorithm", "ring_allreduce", "-a", "4"], "argument -a/--average: invalid choice: 4"),
+    (["--algorithm", "ring_allreduce", "--sizes", "1KiB,1Mb"],
+     "size '1Mb' is ambiguous: a small b means bits, as in rates (Gb/s); write 1MB for 10^6 "
+     "bytes, or 1M or 1MiB for 2^20 bytes"),
+    (["--algorithm", "ring_allreduce", "--sizes", "64Kb"], "size '64Kb' is ambiguous"),
+    (["--algorithm", "ring_allreduce", "--kind", "gather"], "unknown --kind 'gather'"),
+    (["--algorithm", "no_such_module:f"], "--algorithm 'no_such_module:f': no module named "
+                                          "'no_such_module'"),
 ]
 
 
@@ -192,6 +221,7 @@ def test_bad_arguments_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
     lines = captured.err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("simcomm: error: ")
     assert message in lines[0]
+    assert "Traceback" not in captured.err
 
 
 def test_missing_subcommand_and_flags(capsys: pytest.CaptureFixture[str]) -> None:
@@ -220,3 +250,89 @@ def test_python_dash_m_entry_point() -> None:
                         "--topology", "ring", "--bandwidth", "1GB/s", "--latency", "1us")
     assert failed.returncode == 2 and failed.stdout == ""
     assert failed.stderr == "simcomm: error: --ranks must be >= 1, got 0\n"
+
+
+# -- nccl-tests' flags, rows as they come, algorithms of a user's own -------------------
+
+def test_an_nccl_tests_command_line_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # as typed for all_reduce_perf, -g 1 and -w/-n included; -c 1 checks the data
+    assert main(["bench", "--algorithm", "ring_allreduce", "--ranks", "4", "--topology",
+                 "fully_connected", *LINKS, "-b", "8", "-e", "128", "-f", "4", "-d", "double",
+                 "-o", "max", "-c", "1", "-g", "1", "-w", "5", "-n", "20"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "# data check: on (numpy data)"
+    assert lines[2] == ("# -w/-n: one run per size; a simulated run is deterministic, so "
+                        "every run takes the same time")
+    rows = [line.split() for line in lines if not line.startswith("#")]
+    assert [row[:5] + row[-1:] for row in rows] == [
+        [str(size), str(size // 8), "double", "max", "-1", "0"] for size in (8, 32, 128)]
+    assert lines[-3] == "# Out of bounds values : 0 OK"
+
+
+def test_every_type_and_op_in_turn(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = bench(capsys, "--algorithm", "reduce_scatter", "--ranks", "3", "--topology",
+                 "ring", *LINKS, "-d", "all", "-o", "all", "-c", "1", "--sizes", "24,48")
+    assert [(row["type"], row["redop"], row["size"]) for row in rows] == [
+        (dtype, op, size) for dtype in ("int8", "uint8", "int32", "uint32", "int64", "uint64",
+                                        "half", "float", "double", "bfloat16")
+        for op in ("sum", "prod", "max", "min", "avg") for size in ("24", "48")]
+    assert {row["wrong"] for row in rows} == {"0"}
+
+
+def test_average_picks_which_ranks_time(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--algorithm", "reduce", "--param", "tree=true", "--ranks", "5", "--topology",
+            "fully_connected", *LINKS, "--sizes", "4KiB"]
+    times = {}
+    for average in ("0", "1", "2", "3"):
+        (row,) = bench(capsys, *argv, "-a", average)
+        times[average] = float(row["time_us"])
+    (default,) = bench(capsys, *argv)
+    assert float(default["time_us"]) == times["3"]  # the last rank's finish: the whole run
+    assert times["2"] < times["1"] < times["3"]
+    assert times["2"] <= times["0"] <= times["3"]
+
+
+def run_in(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``simcomm`` in ``folder``, which is not on ``sys.path`` but as the command puts it."""
+    return subprocess.run([sys.executable, "-P", "-m", "simcomm", *argv], capture_output=True,
+                          text=True, timeout=120, cwd=folder)
+
+
+def test_a_users_algorithm_runs_checked_against_its_kind(user_algorithms: str) -> None:
+    done = run_in(Path.cwd(), "bench", "--algorithm", f"{user_algorithms}:my_broadcast",
+                  "--kind", "broadcast", "-r", "2", "--ranks", "3", "--topology",
+                  "fully_connected", *LINKS, "--sizes", "8KB", "-c", "1", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert (row["size"], row["root"], row["redop"], row["wrong"]) == (8000, 2, "none", 0)
+    assert row["busbw_GBps"] == row["algbw_GBps"]  # a broadcast's bus factor, 1
+
+
+def test_rows_are_printed_as_they_are_done(user_algorithms: str) -> None:
+    # small_only refuses more than 256 elements: the rows before it are out, the summary not
+    done = run_in(Path.cwd(), "bench", "--algorithm", f"{user_algorithms}:small_only",
+                  "--ranks", "4", "--topology", "ring", *LINKS, "-b", "256", "-e", "4K", "-c")
+    assert done.returncode == 2
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"# simcomm bench: {user_algorithms}:small_only on 4 ranks")
+    assert [line.split()[0] for line in lines if not line.startswith("#")] == ["256", "512",
+                                                                               "1024"]
+    assert "# Out of bounds" not in done.stdout
+    assert done.stderr == ("simcomm: error: small_only takes at most 256 elements, got 512\n")
+
+
+def test_sweep_takes_a_users_algorithm_and_its_kind(user_algorithms: str) -> None:
+    done = run_in(Path.cwd(), "sweep", "--algorithm", f"broadcast,{user_algorithms}:my_broadcast",
+                  "--kind", "broadcast", "--sizes", "1KiB,1MiB", "--ranks", "4", "--no-plots",
+                  "--jobs", "1", "--out", "out")
+    assert done.returncode == 0, done.stderr
+    with open("out/sweep.csv", encoding="utf-8") as stream:
+        rows = [row for row in csv.DictReader(stream)
+                if row["algorithm"] == f"{user_algorithms}:my_broadcast"]
+    assert [row["size"] for row in rows] == ["1024", "1048576"]
+    for row in rows:  # a broadcast's bus factor is 1 (an all-reduce's on 4 ranks, 1.5)
+        assert (row["root"], row["busbw_GBps"]) == ("0", row["algbw_GBps"])
+    wrong = run_in(Path.cwd(), "sweep", "--algorithm", f"{user_algorithms}:my_broadcast",
+                   "--sizes", "1KiB", "--no-plots", "--out", "out")
+    assert wrong.returncode == 2
+    assert wrong.stderr.count("\n") == 1 and "allreduce takes op, so my_broadcast" in wrong.stderr

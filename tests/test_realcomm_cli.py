@@ -1,5 +1,8 @@
 """``realcomm bench``: local processes and torchrun, the columns of ``simcomm bench``, and one
-line on stderr with status 2 for every mistake."""
+line on stderr with status 2 for every mistake.
+
+Rank 0 prints, in a process of its own under ``--nprocs``, so tests that call ``main`` read
+what it printed with ``capfd`` (the file descriptors), not ``capsys``."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -55,13 +59,13 @@ def test_bench_spawns_processes_checks_data_and_prints_simcomms_columns(
     assert capsys.readouterr().out.splitlines()[0] == done.stdout.splitlines()[0]
 
 
-def test_native_baseline_runs_through_the_same_harness(capsys: pytest.CaptureFixture[str],
+def test_native_baseline_runs_through_the_same_harness(capfd: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     _leave_launcher(monkeypatch)
     assert main(["bench", "--nprocs", "2", "--algorithm", "reduce", "--root", "1", "--op",
                  "max", "--sizes", "64KiB,1000", "--baseline", "native", "--check",
                  "--format", "json", "-w", "1", "-n", "3"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capfd.readouterr().out)
     assert [(row["size"], row["count"], row["redop"], row["root"], row["wrong"])
             for row in rows] == [(65536, 16384, "max", 1, 0), (1000, 250, "max", 1, 0)]
 
@@ -82,13 +86,15 @@ def test_bench_runs_under_torchrun_and_rank_0_prints() -> None:
     assert row[0] == "65536" and row[-1] == "0"
 
 
-def test_an_op_that_gloo_lacks_is_one_line_not_a_crash(capsys: pytest.CaptureFixture[str],
+def test_an_op_that_gloo_lacks_is_one_line_not_a_crash(capfd: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     _leave_launcher(monkeypatch)
     assert main(["bench", "--nprocs", "2", "--algorithm", "ring_allreduce", "--dtype", "int64",
                  "--op", "avg", "--sizes", "1KiB", "--baseline", "native"]) == 2
-    out, err = capsys.readouterr()
-    assert out == ""
+    out, err = capfd.readouterr()
+    # the header came first, as nccl-tests prints it; no row came
+    assert out.splitlines()[0].startswith("# realcomm bench: torch's all_reduce")
+    assert all(line.startswith("#") for line in out.splitlines())
     assert err == ("realcomm: error: ranks 0, 1: ValueError: torch's all_reduce on gloo "
                    "cannot run torch.int64 avg: result type Float can't be cast to the "
                    "desired output type Long\n")
@@ -110,6 +116,22 @@ def test_an_op_that_gloo_lacks_is_one_line_not_a_crash(capsys: pytest.CaptureFix
      "argument --baseline: invalid choice"),
     (["--algorithm", "ring_allreduce", "--nprocs", "2", "--timing", "mode"],
      "argument --timing: invalid choice"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-g", "2"],
+     "argument -g/--ngpus: GPUs per process do not apply"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-t", "4"],
+     "argument -t/--nthreads: threads per process do not apply"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-G", "10"],
+     "argument -G/--cudagraph: CUDA graphs do not apply"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-d", "uint64"],
+     "--dtype uint64: torch has no arithmetic for uint32 and uint64 tensors"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-a", "9"],
+     "argument -a/--average: invalid choice: 9"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-c", "5"],
+     "argument -c/--check: takes 0 (off) or 1 (on), got '5'"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-b", "1Kb", "-e", "1M"],
+     "-b: size '1Kb' is ambiguous: a small b means bits"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-T", "0"],
+     "--timeout must be a finite number of seconds > 0"),
 ])
 def test_mistakes_print_one_line_and_exit_2(args: list[str], message: str,
                                             capsys: pytest.CaptureFixture[str],
@@ -119,7 +141,7 @@ def test_mistakes_print_one_line_and_exit_2(args: list[str], message: str,
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith("realcomm: error: ") and message in err
-    assert err.count("\n") == 1
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -128,3 +150,61 @@ def test_asking_for_cuda_without_it_is_a_clear_error(capsys: pytest.CaptureFixtu
     assert main(["bench", "--algorithm", "ring_allreduce", "--nprocs", "2", "--device",
                  "cuda"]) == 2
     assert "--device cuda: this machine has no CUDA device" in capsys.readouterr().err
+
+
+# -- nccl-tests' flags, rows as they come, algorithms of a user's own -------------------
+
+def test_an_nccl_tests_command_line_runs(capfd: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _leave_launcher(monkeypatch)
+    assert main(["bench", "--nprocs", "2", "--algorithm", "ring_allreduce", "-b", "1K", "-e",
+                 "16K", "-f", "4", "-d", "bfloat16", "-o", "avg", "-c", "1", "-w", "1", "-n",
+                 "2", "-a", "3", "-T", "60", "-g", "1"]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    assert lines[0].startswith("# realcomm bench: ring_allreduce on 2 ranks, gloo on cpu, "
+                               "2 timed runs after 1 warm-up runs")
+    assert lines[0].endswith("the slowest rank's time (-a 3)")
+    rows = [line.split() for line in lines if not line.startswith("#")]
+    assert [row[:5] + row[-1:] for row in rows] == [
+        [str(size), str(size // 2), "bfloat16", "avg", "-1", "0"]
+        for size in (1024, 4096, 16384)]
+    assert lines[-3] == "# Out of bounds values : 0 OK"
+
+
+def test_every_type_torch_can_reduce_in_turn(capfd: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    _leave_launcher(monkeypatch)
+    assert main(["bench", "--nprocs", "2", "--algorithm", "reduce_scatter", "-d", "all",
+                 "-o", "max", "-c", "1", "--sizes", "64", "-w", "0", "-n", "1",
+                 "--format", "csv"]) == 0
+    rows = _csv_rows(capfd.readouterr().out)
+    assert [(row[2], row[3], row[-1]) for row in rows] == [
+        (dtype, "max", "0") for dtype in ("int8", "uint8", "int32", "int64", "half", "float",
+                                          "double", "bfloat16")]
+
+
+def _run_in(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``realcomm`` in ``folder``, which is not on ``sys.path`` but as the command puts it."""
+    return subprocess.run([sys.executable, "-P", "-m", "realcomm", *argv], capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT, env=_environment(), cwd=folder)
+
+
+def test_a_users_algorithm_runs_and_rows_come_as_they_are_done(user_algorithms: str) -> None:
+    done = _run_in(Path.cwd(), "bench", "--nprocs", "2", "--algorithm",
+                   f"{user_algorithms}:my_broadcast", "--kind", "broadcast", "-r", "1",
+                   "--sizes", "4KiB", "-c", "1", "-w", "1", "-n", "2", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    (row,) = _csv_rows(done.stdout)
+    assert (row[0], row[3], row[4], row[-1]) == ("4096", "none", "1", "0")
+    # small_only refuses more than 256 elements: the rows before it are out, the summary not
+    failed = _run_in(Path.cwd(), "bench", "--nprocs", "2", "--algorithm",
+                     f"{user_algorithms}:small_only", "-b", "512", "-e", "4K", "-w", "0",
+                     "-n", "1")
+    assert failed.returncode == 2
+    lines = failed.stdout.splitlines()
+    assert lines[0].startswith(f"# realcomm bench: {user_algorithms}:small_only on 2 ranks")
+    assert [line.split()[0] for line in lines if not line.startswith("#")] == ["512", "1024"]
+    assert "# Out of bounds" not in failed.stdout
+    assert failed.stderr.splitlines()[-1] == (
+        "realcomm: error: ranks 0, 1: ValueError: small_only takes at most 256 elements, "
+        "got 512")

@@ -119,3 +119,21 @@ def test_times_are_the_double_nearest_the_decimal_figure(mantissa, places, unit)
     figure = Decimal(mantissa).scaleb(-places)
     exponent = {"s": 0, "ms": -3, "us": -6, "ns": -9}[unit]
     assert parse_seconds(f"{figure}{unit}") == float(figure.scaleb(exponent))
+
+
+@pytest.mark.parametrize("text, suggestions", [
+    ("1Mb", ["1MB for 10^6 bytes", "1M or 1MiB for 2^20 bytes"]),
+    ("1Kb", ["1KB for 10^3 bytes", "1K or 1KiB for 2^10 bytes"]),
+    ("1Gb", ["1GB for 10^9 bytes", "1G or 1GiB for 2^30 bytes"]),
+    ("4kb", ["4KB for 10^3 bytes", "4K or 4KiB for 2^10 bytes"]),
+    ("2Mib", ["2MiB for 2^20 bytes"]),
+    ("8b", ["8B or 8 for bytes"]),
+])
+def test_a_size_in_bits_is_ambiguous_and_refused(text, suggestions) -> None:
+    # A small b means bits in a rate (Gb/s), so 1Mb could be 125 KB, 1 MB or 1 MiB.
+    with pytest.raises(ValueError) as caught:
+        parse_bytes(text)
+    message = str(caught.value)
+    assert message.startswith(f"size {text!r} is ambiguous: a small b means bits")
+    assert all(suggestion in message for suggestion in suggestions)
+    assert "\n" not in message

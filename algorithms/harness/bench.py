@@ -6,9 +6,10 @@ transport runs it and hands back the seconds it took (and, with ``check``, the r
 
 Public API:
 
-* ``bench_config(algorithm, sizes, dtype, op, root, params, check, format) -> BenchConfig``:
-  checks a benchmark's settings and types them; raises ``ValueError`` naming the bad flag
-  and value. ``BenchConfig`` pickles, so a transport can hand it to the processes it starts.
+* ``bench_config(algorithm, sizes, dtype, op, root, params, check, format, kind)
+  -> BenchConfig``: checks a benchmark's settings and types them; raises ``ValueError``
+  naming the bad flag and value. ``BenchConfig`` pickles, so a transport can hand it to
+  the processes it starts.
   ``BenchConfig.check_world(world_size)`` checks what needs the world size (root ranges);
   ``BenchConfig.algorithm_kwargs()`` is what to pass to the algorithm besides ``comm`` and
   the buffer.
@@ -16,12 +17,16 @@ Public API:
 * ``bench_row(collective, world_size, size, dtype, op, root, seconds, wrong) -> BenchRow``.
 * ``check_inputs(world_size, count, dtype, op)`` and
   ``count_wrong(collective, inputs, results, op, root, params)``: the data check.
+* ``rank_time(seconds, average)``: one time from every rank's, as nccl-tests' ``-a``.
+* ``RowWriter(stream, fmt, header_lines)``: rows printed as they come (``start``, ``write``
+  each row, ``finish``), as nccl-tests prints them.
 * ``format_table(rows, header_lines)``, ``format_csv(rows)``, ``format_json(rows)`` and
-  ``format_rows(rows, fmt, header_lines)`` which picks one of them.
-* ``parse_size``, ``parse_sizes``, ``size_range``: sizes as nccl-tests' flags spell them.
+  ``format_rows(rows, fmt, header_lines)`` which picks one of them: the same, whole.
+* ``parse_size``, ``parse_sizes``, ``size_range``, ``size_steps``: sizes as nccl-tests'
+  flags spell them.
 * ``params_from_items``: ``key=value`` texts typed as the algorithm's keyword arguments.
-* ``DTYPES`` (nccl-tests type name -> numpy dtype), ``type_name(dtype)``, ``CSV_HEADER``,
-  ``FORMATS``.
+* ``DTYPES`` (nccl-tests type name -> numpy dtype; bfloat16 is ``ml_dtypes``'),
+  ``type_name(dtype)``, ``CSV_HEADER``, ``FORMATS``, ``AVERAGES``.
 
 The command-line flags that fill a ``BenchConfig`` are in ``algorithms.harness.cli``.
 
@@ -50,28 +55,38 @@ A run that takes no time (one rank, say) moved nothing across a link: its bandwi
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TextIO
 
+import ml_dtypes
 import numpy as np
 
 from algorithms.harness.catalog import Collective, get_collective
 from algorithms.harness.units import parse_bytes
 from algorithms.ops import ReduceOp
 
+# nccl-tests' types, in its order (src/common.cu, test_typenames), as -d all runs them.
 DTYPES: Mapping[str, np.dtype] = MappingProxyType({
+    "int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8),
+    "int32": np.dtype(np.int32), "uint32": np.dtype(np.uint32),
+    "int64": np.dtype(np.int64), "uint64": np.dtype(np.uint64),
     "half": np.dtype(np.float16), "float": np.dtype(np.float32),
-    "double": np.dtype(np.float64), "int32": np.dtype(np.int32),
-    "int64": np.dtype(np.int64),
+    "double": np.dtype(np.float64), "bfloat16": np.dtype(ml_dtypes.bfloat16),
 })
 _DTYPE_ALIASES = {"float16": "half", "float32": "float", "float64": "double"}
 FORMATS = ("table", "csv", "json")
 CSV_HEADER = "size,count,type,redop,root,time_us,algbw_GBps,busbw_GBps,wrong"
+# nccl-tests' -a: how the times of the ranks make the time of a row.
+AVERAGES: Mapping[int, str] = MappingProxyType({
+    0: "rank 0's time", 1: "the mean over ranks", 2: "the fastest rank's time",
+    3: "the slowest rank's time",
+})
 
 # Gathered, scattered and exchanged collectives split their buffer into p equal parts.
 _SPLIT_KINDS = ("allgather", "reducescatter", "alltoall")
@@ -79,7 +94,8 @@ _SPLIT_KINDS = ("allgather", "reducescatter", "alltoall")
 _FIXED_ARGUMENTS = ("comm", "x")
 
 def parse_size(text: str) -> int:
-    """Bytes from ``"1KiB"`` (1024), ``"1KB"`` (1000), ``"1K"`` (1024, as nccl-tests), ``"512"``."""
+    """Bytes from ``"1KiB"`` (1024), ``"1KB"`` (1000), ``"1K"`` (1024, as nccl-tests),
+    ``"512"``; ``"1Kb"`` is refused as ambiguous (``units.parse_bytes``)."""
     return parse_bytes(text)
 
 
@@ -110,6 +126,16 @@ def size_range(minbytes: int, maxbytes: int, factor: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def size_steps(minbytes: int, maxbytes: int, stepbytes: int) -> tuple[int, ...]:
+    """nccl-tests' ``-b minbytes -e maxbytes -i stepbytes``: minbytes, minbytes+stepbytes, ...
+    up to and including maxbytes."""
+    if stepbytes < 1:
+        raise ValueError(f"-i/--stepbytes must be >= 1 byte, got {stepbytes}")
+    if minbytes > maxbytes:
+        raise ValueError(f"-b/--minbytes ({minbytes}) is larger than -e/--maxbytes ({maxbytes})")
+    return tuple(range(minbytes, maxbytes + 1, stepbytes))
+
+
 def buffer_count(collective: Collective, world_size: int, size: int, itemsize: int) -> int:
     """Elements of each rank's input buffer for a run of ``size`` bytes (see module doc)."""
     count = size // itemsize
@@ -136,7 +162,7 @@ class BenchConfig:
 
     @property
     def type_name(self) -> str:
-        """The dtype as nccl-tests names it (half, float, double, int32, int64)."""
+        """The dtype as nccl-tests names it (a name of ``DTYPES``: float, half, bfloat16, ...)."""
         return type_name(self.dtype)
 
     def algorithm_kwargs(self) -> dict[str, Any]:
@@ -158,16 +184,18 @@ class BenchConfig:
 
 def bench_config(algorithm: str, sizes: Iterable[int], dtype: str = "float",
                  op: str | None = None, root: int | None = None, params: Iterable[str] = (),
-                 check: bool = False, format: str = "table") -> BenchConfig:
+                 check: bool = False, format: str = "table", kind: str | None = None
+                 ) -> BenchConfig:
     """Check a benchmark's settings, as the bench flags spell them, and type them.
 
-    ``algorithm`` is a collective's Python name; ``sizes`` are bytes; ``dtype`` an nccl-tests
+    ``algorithm`` is a collective's Python name or a user's ``module.path:function``, which
+    implements ``kind`` (``catalog.get_collective``); ``sizes`` are bytes; ``dtype`` an nccl-tests
     or numpy type name; ``op`` a reduction (default sum, for collectives that reduce);
     ``root`` a rank (default 0, for collectives with a root); ``params`` ``key=value``
     texts for the algorithm's other keyword arguments; ``format`` one of ``FORMATS``.
     Raises ``ValueError`` naming the bad flag and value.
     """
-    collective = get_collective(algorithm)
+    collective = get_collective(algorithm, kind)
     dtype_name = _DTYPE_ALIASES.get(dtype, dtype)
     if dtype_name not in DTYPES:
         raise ValueError(f"unknown --dtype {dtype!r}; known: "
@@ -198,6 +226,9 @@ def _checked_op(collective: Collective, op: str | None) -> ReduceOp | None:
         return None
     if op is None:
         return ReduceOp.SUM
+    if op.lower() == "mulsum":
+        raise ValueError("--op mulsum: NCCL's pre-multiplied sum is not one of the reductions "
+                         f"the algorithms implement; use {', '.join(o.value for o in ReduceOp)}")
     try:
         return ReduceOp(op.lower())
     except ValueError:
@@ -301,7 +332,7 @@ class BenchRow:
 
 
 def type_name(dtype: Any) -> str:
-    """nccl-tests' name of a numpy dtype: half, float, double, int32, int64."""
+    """nccl-tests' name of a numpy dtype: a name of ``DTYPES`` (float, half, bfloat16, ...)."""
     dtype = np.dtype(dtype)
     for name, known in DTYPES.items():
         if known == dtype:
@@ -326,11 +357,24 @@ def bench_row(collective: Collective, world_size: int, size: int, dtype: Any,
                     algbw * collective.bus_factor(world_size), wrong, algo)
 
 
+def rank_time(seconds: Sequence[float], average: int) -> float:
+    """The time of a row from each rank's ``seconds``, as nccl-tests' ``-a`` (``AVERAGES``):
+    0 rank 0's, 1 the mean, 2 the least, 3 the most."""
+    if average not in AVERAGES:
+        known = ", ".join(f"{k} ({v})" for k, v in AVERAGES.items())
+        raise ValueError(f"-a/--average must be one of {known}; got {average!r}")
+    if average == 0:
+        return float(seconds[0])
+    if average == 1:
+        return float(np.mean(seconds))
+    return float(min(seconds) if average == 2 else max(seconds))
+
+
 # -- data check -------------------------------------------------------------------------
 
 # Largest power of two up to which every integer is exact, and the largest exponent.
 _FLOAT_EXACT = {np.dtype(np.float16): (2**11, 15), np.dtype(np.float32): (2**24, 127),
-                np.dtype(np.float64): (2**53, 1023)}
+                np.dtype(np.float64): (2**53, 1023), DTYPES["bfloat16"]: (2**8, 127)}
 
 
 def check_inputs(world_size: int, count: int, dtype: Any, op: ReduceOp | None,
@@ -398,39 +442,100 @@ def _time_text(time_us: float) -> str:
     return f"{time_us:7.2f}"
 
 
+def _table_heading(algo: bool) -> list[str]:
+    return [f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
+            f"{'time':>7}  {'algbw':>6}  {'busbw':>6} {'#wrong':>6}"
+            + ("  algo/proto/channels" if algo else ""),
+            f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  "
+            f"{'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}".rstrip()]
+
+
+def _table_line(row: BenchRow) -> str:
+    wrong = "N/A" if row.wrong is None else f"{row.wrong:5g}"
+    return (f"{row.size:12d}  {row.count:12d}  {row.type:>8}  {row.redop:>6}  "
+            f"{row.root:6d}  {_time_text(row.time_us)}  {row.algbw_GBps:6.2f}  "
+            f"{row.busbw_GBps:6.2f}  {wrong:>5}" + (f"  {row.algo}" if row.algo else ""))
+
+
+def _table_footer(rows: Sequence[BenchRow]) -> list[str]:
+    failed = sum(1 for row in rows if row.wrong)
+    average = sum(row.busbw_GBps for row in rows) / len(rows) if rows else 0.0
+    return [f"# Out of bounds values : {failed} {'FAILED' if failed else 'OK'}",
+            f"# Avg bus bandwidth    : {average:g}", "#"]
+
+
+def _csv_line(row: BenchRow) -> str:
+    return ",".join([
+        str(row.size), str(row.count), row.type, row.redop, str(row.root),
+        repr(row.time_us), repr(row.algbw_GBps), repr(row.busbw_GBps),
+        "N/A" if row.wrong is None else str(row.wrong)])
+
+
+class RowWriter:
+    """Rows printed as they come, as nccl-tests prints them.
+
+    A table: ``start`` writes the ``header_lines`` as ``#`` comments and, if
+    ``algo_column`` says whether rows say what ran (``True``: the last column,
+    algorithm/protocol/channels), the column heading; otherwise the heading waits for the
+    first row, which tells. ``write`` prints each row at once and ``finish`` the summary
+    (``# Out of bounds values``, ``# Avg bus bandwidth``). CSV streams the same way under
+    ``CSV_HEADER``. JSON is one list, so ``finish`` writes it whole. Every write is flushed,
+    so a reader sees each row when it is done.
+    """
+
+    def __init__(self, stream: TextIO, fmt: str, header_lines: Sequence[str] = (),
+                 algo_column: bool | None = None) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+        self._stream = stream
+        self._fmt = fmt
+        self._header_lines = tuple(header_lines)
+        self._algo = algo_column
+        self.rows: list[BenchRow] = []  # those written so far
+
+    def start(self) -> None:
+        """The header: the table's comments (and heading, if known), or the CSV header."""
+        if self._fmt == "table":
+            lines = [f"# {line}" for line in self._header_lines] + ["#"]
+            self._emit(lines + (_table_heading(self._algo) if self._algo is not None else []))
+        elif self._fmt == "csv":
+            self._emit([CSV_HEADER])
+
+    def write(self, row: BenchRow) -> None:
+        """One row, printed now (JSON: kept for ``finish``)."""
+        self.rows.append(row)
+        if self._fmt == "table":
+            heading = []
+            if self._algo is None:
+                self._algo = bool(row.algo)
+                heading = _table_heading(self._algo)
+            self._emit(heading + [_table_line(row)])
+        elif self._fmt == "csv":
+            self._emit([_csv_line(row)])
+
+    def finish(self) -> None:
+        """The table's summary lines, or the JSON list of every row."""
+        if self._fmt == "table":
+            self._emit((_table_heading(False) if self._algo is None else [])
+                       + _table_footer(self.rows))
+        elif self._fmt == "json":
+            self._stream.write(format_json(self.rows))
+            self._stream.flush()
+
+    def _emit(self, lines: Sequence[str]) -> None:
+        self._stream.write("".join(line + "\n" for line in lines))
+        self._stream.flush()
+
+
 def format_table(rows: Sequence[BenchRow], header_lines: Sequence[str] = ()) -> str:
     """Rows as nccl-tests prints them, ``header_lines`` first as ``#`` comments; rows that
     say what ran get it in a last column (algorithm/protocol/channels)."""
-    lines = [f"# {line}" for line in header_lines]
-    lines.append("#")
-    algo = any(row.algo for row in rows)
-    lines.append(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
-                 f"{'time':>7}  {'algbw':>6}  {'busbw':>6} {'#wrong':>6}"
-                 + ("  algo/proto/channels" if algo else ""))
-    lines.append(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  "
-                 f"{'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}".rstrip())
-    for row in rows:
-        wrong = "N/A" if row.wrong is None else f"{row.wrong:5g}"
-        lines.append(f"{row.size:12d}  {row.count:12d}  {row.type:>8}  {row.redop:>6}  "
-                     f"{row.root:6d}  {_time_text(row.time_us)}  {row.algbw_GBps:6.2f}  "
-                     f"{row.busbw_GBps:6.2f}  {wrong:>5}" + (f"  {row.algo}" if algo else ""))
-    failed = sum(1 for row in rows if row.wrong)
-    average = sum(row.busbw_GBps for row in rows) / len(rows) if rows else 0.0
-    lines.append(f"# Out of bounds values : {failed} {'FAILED' if failed else 'OK'}")
-    lines.append(f"# Avg bus bandwidth    : {average:g}")
-    lines.append("#")
-    return "\n".join(lines) + "\n"
+    return _written(rows, "table", header_lines, any(row.algo for row in rows))
 
 
 def format_csv(rows: Sequence[BenchRow]) -> str:
     """Rows as CSV under ``CSV_HEADER``; floats in full precision, unchecked wrong as N/A."""
-    lines = [CSV_HEADER]
-    for row in rows:
-        lines.append(",".join([
-            str(row.size), str(row.count), row.type, row.redop, str(row.root),
-            repr(row.time_us), repr(row.algbw_GBps), repr(row.busbw_GBps),
-            "N/A" if row.wrong is None else str(row.wrong)]))
-    return "\n".join(lines) + "\n"
+    return _written(rows, "csv")
 
 
 def format_json(rows: Sequence[BenchRow]) -> str:
@@ -449,3 +554,15 @@ def format_rows(rows: Sequence[BenchRow], fmt: str, header_lines: Sequence[str] 
     if fmt == "json":
         return format_json(rows)
     raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+def _written(rows: Sequence[BenchRow], fmt: str, header_lines: Sequence[str] = (),
+             algo_column: bool | None = None) -> str:
+    """What a ``RowWriter`` prints for ``rows``."""
+    stream = io.StringIO()
+    writer = RowWriter(stream, fmt, header_lines, algo_column)
+    writer.start()
+    for row in rows:
+        writer.write(row)
+    writer.finish()
+    return stream.getvalue()

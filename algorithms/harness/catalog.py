@@ -5,10 +5,19 @@ Bus bandwidth factors and size conventions follow nccl-tests (doc/PERFORMANCE.md
 ``busbw = algbw * factor(p)`` with ``algbw = size / time``; ``size`` is the all-reduced,
 broadcast or reduced buffer, the full gathered / scattered buffer for all-gather and
 reduce-scatter, and one rank's send buffer for all-to-all.
+
+Besides the built-in collectives, ``get_collective`` takes a user's own algorithm written
+``module.path:function``: a generator function taking ``(comm, x, ...)`` as the built-in ones
+do, imported from the working folder first (as ``python -m`` would), which implements one of
+nccl-tests' collectives (``KINDS``; an all-reduce unless told otherwise).
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -38,46 +47,147 @@ class Collective:
         return 1.0
 
 
-def _allreduce(name: str, fn: Callable[..., Any]) -> Collective:
-    return Collective(name, fn, "allreduce", True, False, reference.allreduce_reference)
+class UserAlgorithmError(ValueError):
+    """A user's ``module.path:function`` that cannot be run; the message names it."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One of nccl-tests' collectives: whether it reduces, whether it has a root, and the
+    numpy reference of its results."""
+
+    reduces: bool
+    rooted: bool
+    reference: Callable[..., list[Any]]
+
+
+# nccl-tests' collectives, by the names of their kinds (all_reduce_perf is "allreduce").
+KINDS: MappingProxyType[str, Kind] = MappingProxyType({
+    "allreduce": Kind(True, False, reference.allreduce_reference),
+    "reducescatter": Kind(True, False, reference.reduce_scatter_reference),
+    "allgather": Kind(False, False, reference.all_gather_reference),
+    "broadcast": Kind(False, True, reference.broadcast_reference),
+    "reduce": Kind(True, True, reference.reduce_reference),
+    "alltoall": Kind(False, False, reference.all_to_all_reference),
+})
+
+
+def _builtin(name: str, fn: Callable[..., Any], kind: str) -> Collective:
+    k = KINDS[kind]
+    return Collective(name, fn, kind, k.reduces, k.rooted, k.reference)
 
 
 COLLECTIVES: MappingProxyType[str, Collective] = MappingProxyType({
     c.name: c for c in (
-        _allreduce("ring_allreduce", collectives.ring_allreduce),
-        _allreduce("reduce_broadcast_allreduce", collectives.reduce_broadcast_allreduce),
-        _allreduce("alltoall_allreduce", collectives.alltoall_allreduce),
-        _allreduce("nccl_ring_allreduce", nccl.nccl_ring_allreduce),
-        _allreduce("nccl_tree_allreduce", nccl_tree.nccl_tree_allreduce),
-        _allreduce("hierarchical_allreduce", nccl.hierarchical_allreduce),
-        _allreduce("nvls_allreduce", nvls.nvls_allreduce),
-        _allreduce("nccl_allreduce", tuned.nccl_allreduce),
-        Collective("nccl_reduce_scatter", tuned.nccl_reduce_scatter, "reducescatter", True,
-                   False, reference.reduce_scatter_reference),
-        Collective("nccl_all_gather", tuned.nccl_all_gather, "allgather", False, False,
-                   reference.all_gather_reference),
-        Collective("reduce_scatter", collectives.reduce_scatter, "reducescatter", True, False,
-                   reference.reduce_scatter_reference),
-        Collective("all_gather", collectives.all_gather, "allgather", False, False,
-                   reference.all_gather_reference),
-        Collective("nccl_ring_reduce_scatter", nccl.nccl_ring_reduce_scatter, "reducescatter",
-                   True, False, reference.reduce_scatter_reference),
-        Collective("nccl_ring_all_gather", nccl.nccl_ring_all_gather, "allgather", False, False,
-                   reference.all_gather_reference),
-        Collective("broadcast", collectives.broadcast, "broadcast", False, True,
-                   reference.broadcast_reference),
-        Collective("reduce", collectives.reduce, "reduce", True, True,
-                   reference.reduce_reference),
-        Collective("all_to_all", collectives.all_to_all, "alltoall", False, False,
-                   reference.all_to_all_reference),
+        _builtin("ring_allreduce", collectives.ring_allreduce, "allreduce"),
+        _builtin("reduce_broadcast_allreduce", collectives.reduce_broadcast_allreduce,
+                 "allreduce"),
+        _builtin("alltoall_allreduce", collectives.alltoall_allreduce, "allreduce"),
+        _builtin("nccl_ring_allreduce", nccl.nccl_ring_allreduce, "allreduce"),
+        _builtin("nccl_tree_allreduce", nccl_tree.nccl_tree_allreduce, "allreduce"),
+        _builtin("hierarchical_allreduce", nccl.hierarchical_allreduce, "allreduce"),
+        _builtin("nvls_allreduce", nvls.nvls_allreduce, "allreduce"),
+        _builtin("nccl_allreduce", tuned.nccl_allreduce, "allreduce"),
+        _builtin("nccl_reduce_scatter", tuned.nccl_reduce_scatter, "reducescatter"),
+        _builtin("nccl_all_gather", tuned.nccl_all_gather, "allgather"),
+        _builtin("reduce_scatter", collectives.reduce_scatter, "reducescatter"),
+        _builtin("all_gather", collectives.all_gather, "allgather"),
+        _builtin("nccl_ring_reduce_scatter", nccl.nccl_ring_reduce_scatter, "reducescatter"),
+        _builtin("nccl_ring_all_gather", nccl.nccl_ring_all_gather, "allgather"),
+        _builtin("broadcast", collectives.broadcast, "broadcast"),
+        _builtin("reduce", collectives.reduce, "reduce"),
+        _builtin("all_to_all", collectives.all_to_all, "alltoall"),
     )
 })
 
 
-def get_collective(name: str) -> Collective:
-    """Look up a collective by its Python name, with an error that lists the known ones."""
+def get_collective(name: str, kind: str | None = None) -> Collective:
+    """A built-in collective by its Python name, or a user's algorithm by
+    ``module.path:function`` (``user_collective``), with errors that say what is wrong.
+
+    ``kind`` (nccl-tests' name of a collective, ``KINDS``) says which collective a user's
+    algorithm implements (default allreduce); a built-in one has its own, and a different
+    ``kind`` is refused.
+    """
+    if is_user_algorithm(name):
+        return user_collective(name, "allreduce" if kind is None else kind)
     try:
-        return COLLECTIVES[name]
+        collective = COLLECTIVES[name]
     except KeyError:
         raise ValueError(
-            f"unknown algorithm {name!r}; known: {', '.join(sorted(COLLECTIVES))}") from None
+            f"unknown algorithm {name!r}; known: {', '.join(sorted(COLLECTIVES))}, or your "
+            "own as module.path:function") from None
+    if kind is not None and kind_name(kind) != collective.kind:
+        raise ValueError(f"--kind {kind}: {name} implements {collective.kind} (--kind says what "
+                         "an algorithm of your own, module.path:function, implements)")
+    return collective
+
+
+def is_user_algorithm(name: str) -> bool:
+    """Whether ``name`` is a user's ``module.path:function`` rather than a built-in name."""
+    return ":" in name
+
+
+def kind_name(text: str) -> str:
+    """The ``KINDS`` name of an nccl-tests collective, written either way: ``allreduce`` or
+    ``all_reduce``, ``alltoall`` or ``all_to_all``."""
+    name = text.strip().lower().replace("_", "")
+    if name not in KINDS:
+        raise ValueError(f"unknown --kind {text!r}; known: {', '.join(KINDS)} (or with "
+                         "underscores, as nccl-tests' all_reduce_perf)")
+    return name
+
+
+def user_collective(spec: str, kind: str = "allreduce") -> Collective:
+    """A user's algorithm, ``module.path:function``, as a collective of ``kind``.
+
+    Raises ``UserAlgorithmError`` in one line if the module cannot be imported, has no such
+    function, or the function is not a generator function taking ``(comm, x, ...)``, and
+    ``op`` if its kind reduces and ``root`` if it has one, as the built-in ones do.
+    """
+    module_name, _, function_name = spec.partition(":")
+    if not module_name.strip() or not function_name.isidentifier():
+        raise _refused(spec, "write a built-in name or module.path:function")
+    function = getattr(_import_module(module_name, spec), function_name, None)
+    if function is None:
+        raise _refused(spec, f"module {module_name} has no {function_name!r}")
+    if not inspect.isgeneratorfunction(function):
+        raise _refused(spec, f"{function_name} is not a generator function; an algorithm "
+                             "yields its ops (def f(comm, x): ... yield Send(...))")
+    signature = inspect.signature(function)
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise _refused(spec, f"{function_name} must take (comm, x, ...), not "
+                             f"({', '.join(signature.parameters)})") from None
+    name = kind_name(kind)
+    k = KINDS[name]
+    for needed, argument in ((k.reduces, "op=SUM"), (k.rooted, "root=0")):
+        keyword = argument.partition("=")[0]
+        if needed and keyword not in signature.parameters:
+            raise _refused(spec, f"{name} takes {keyword}, so {function_name} must too (def "
+                                 f"{function_name}(comm, x, {argument}, ...)), or give the "
+                                 "--kind it implements")
+    return Collective(spec, function, name, k.reduces, k.rooted, k.reference)
+
+
+def _refused(spec: str, why: str) -> UserAlgorithmError:
+    return UserAlgorithmError(f"--algorithm {spec!r}: {why}")
+
+
+def _import_module(module_name: str, spec: str) -> Any:
+    """Import ``module_name`` with the working folder first on ``sys.path`` (processes that
+    realcomm spawns inherit it), with a one-line error."""
+    folder = os.getcwd()
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and (module_name + ".").startswith(error.name + "."):
+            raise _refused(spec, f"no module named {error.name!r} (looked in the working "
+                                 f"folder {folder} and sys.path)") from None
+        raise _refused(spec, f"importing {module_name} failed: {error}") from None
+    except Exception as error:  # the user's module failed as it ran: say how, in one line
+        raise _refused(spec, f"importing {module_name} failed: {type(error).__name__}: "
+                             f"{error}") from None

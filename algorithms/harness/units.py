@@ -2,7 +2,9 @@
 
 Decimal prefixes are powers of 1000 and binary ones (KiB, MiB, GiB) powers of 1024, so
 ``100GB/s`` is 1e11 B/s as nccl-tests counts it and ``25Gbps`` is 25e9 bits/s = 3.125e9 B/s.
-A bare ``K``, ``M`` or ``G`` in a size means 1024-based, as nccl-tests' ``-b 1M`` does.
+A bare ``K``, ``M`` or ``G`` in a size means 1024-based, as nccl-tests' ``-b 1M`` does. A
+size whose unit ends in a small ``b`` (``1Mb``, ``8kb``, ``1Mib``) is refused: a small b means
+bits in a rate, so it is not clear whether bits or bytes, 1000 or 1024, are meant.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ def parse_bytes(text: str | int) -> int:
         if number != int(number):
             raise ValueError(f"size {text!r} is not a whole number of bytes")
         return int(number)
-    else:
-        value, unit = _split(text, "a size (e.g. 1MiB, 64KB, 512)")
+    value, unit = _split(text, "a size (e.g. 1MiB, 64KB, 512)")
+    if unit.endswith("b"):
+        raise ValueError(_ambiguous_size(text, value, unit))
     scale = _SIZE_UNITS.get(unit.upper())
     if scale is None:
         raise ValueError(f"unknown size unit {unit!r} in {text!r} (use B, KB, KiB, MB, MiB, ...)")
@@ -59,6 +62,24 @@ def parse_bytes(text: str | int) -> int:
     if size != int(size):
         raise ValueError(f"size {text!r} is not a whole number of bytes")
     return int(size)
+
+
+def _ambiguous_size(text: str, value: Decimal, unit: str) -> str:
+    """Why a size in ``...b`` is refused, with the spellings that say what was meant."""
+    prefix = unit[:-1].upper()
+    powers = {"K": 1, "M": 2, "G": 3, "T": 4}
+    if not prefix:
+        meant = f"write {value}B or {value} for bytes"
+    elif prefix in powers:
+        power = powers[prefix]
+        meant = (f"write {value}{prefix}B for 10^{3 * power} bytes, or {value}{prefix} or "
+                 f"{value}{prefix}iB for 2^{10 * power} bytes")
+    elif prefix[:1] in powers and prefix[1:] == "I":
+        meant = f"write {value}{prefix[0]}iB for 2^{10 * powers[prefix[0]]} bytes"
+    else:
+        return f"unknown size unit {unit!r} in {text!r} (use B, KB, KiB, MB, MiB, ...)"
+    return (f"size {text.strip()!r} is ambiguous: a small b means bits, as in rates "
+            f"(Gb/s); {meant}")
 
 
 def parse_seconds(text: str | float) -> float:
