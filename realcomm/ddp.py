@@ -1,7 +1,15 @@
-"""DDP's bucketed gradient all-reduce for a real ``torch.nn.Module``, run by the algorithms
-of ``algorithms`` over realcomm, overlapped with backward.
+"""DDP's gradient all-reduce run by the algorithms of ``algorithms`` over realcomm.
 
-The bucketing is the one the simulator uses (``algorithms.ddp``): the module's parameters,
+The usual way is torch's own DDP with a communication hook: DDP keeps doing everything else
+(buckets, parameter and buffer broadcast, ``no_sync``, unused parameters), and each bucket
+is averaged by the algorithm of your choice, on a comm thread, while backward goes on::
+
+    model = DistributedDataParallel(module)
+    model.register_comm_hook(HookState(ring_allreduce), allreduce_hook)
+
+``BucketedAllreduce`` does the bucketing itself instead, the simulator's way, so that a
+real run and a simulated one cut the same buckets (DDP's own cut depends on its
+heuristics): the module's parameters,
 in reverse registration order (the order backward makes their gradients ready), cut into
 buckets by ``assign_buckets``; a ``BucketLauncher`` hands out buckets in bucket order as
 their gradients become ready. A post-accumulate-grad hook on every parameter tells the
@@ -15,14 +23,15 @@ while autograd goes on with backward, as DDP's comm stream does.
         optimizer.step(); optimizer.zero_grad()
 
 Every parameter that requires grad must get a gradient in every backward (as DDP without
-``find_unused_parameters``); ``finish`` raises naming the ones that did not.
+``find_unused_parameters``); ``finish`` raises naming the ones that did not. Before every
+forward, rank 0's buffers (BatchNorm's running statistics) are broadcast, as DDP does.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: DDP checks a comm hook's annotations
+# against the real GradBucket and Future classes, not their names.
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
@@ -33,6 +42,71 @@ from algorithms.ops import AVG
 from realcomm.driver import Driver
 
 _STOP = -1
+_MISSED_FINISH = ("the last backward's gradients are not averaged yet: call finish() after "
+                  "every backward, before the next forward (to accumulate gradients over "
+                  "several backwards, use torch's DDP with allreduce_hook and no_sync)")
+
+
+class HookState:
+    """The state of ``allreduce_hook``: which all-reduce averages DDP's buckets, and the
+    driver and comm thread it runs on, made once.
+
+    Make it on every rank at the same point (it makes the driver's process group, which is
+    collective). ``allreduce`` is any all-reduce of ``algorithms`` (``ring_allreduce``,
+    ``nccl_allreduce``, ...) and ``params`` go to it. Without a ``driver`` it makes one over
+    all ranks of the default process group, on a group of its own, so that its messages
+    never meet DDP's own collectives, with the ``channels`` the algorithm spawns on
+    (``ring_channels(k)`` for NCCL-class rings, say).
+    """
+
+    def __init__(self, allreduce: Callable[..., Schedule] = ring_allreduce,
+                 driver: Driver | None = None, channels: Sequence[Hashable] = (),
+                 **params: Any) -> None:
+        if not callable(allreduce):
+            raise TypeError(f"allreduce must be an algorithm (a generator function), got "
+                            f"{allreduce!r}")
+        self.allreduce, self.params = allreduce, params
+        self.driver = driver if driver is not None else Driver(
+            range(torch.distributed.get_world_size()), channels=channels)
+        self._todo: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        # Buckets are averaged one at a time, in the order DDP hands them over, which is
+        # the same on every rank: so every rank's collectives meet in the same order.
+        self._thread = threading.Thread(target=self._comm_loop, name="realcomm-ddp-hook",
+                                        daemon=True)
+        self._thread.start()
+
+    def _comm_loop(self) -> None:
+        while (work := self._todo.get()) is not None:
+            work()
+
+    def average(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        """Average ``tensor`` over the ranks on the comm thread; the future holds it."""
+        future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+
+        def work() -> None:
+            try:
+                with torch.no_grad():
+                    self.driver.run(self.allreduce, tensor, op=AVG, check_args=False,
+                                    **self.params)
+                future.set_result(tensor)
+            except BaseException as error:  # DDP raises it where backward waits
+                future.set_exception(error)
+
+        self._todo.put(work)
+        return future
+
+    def close(self) -> None:
+        """Stop the comm thread once the buckets handed to it are done."""
+        self._todo.put(None)
+        self._thread.join()
+
+
+def allreduce_hook(state: HookState, bucket: torch.distributed.GradBucket
+                   ) -> torch.futures.Future[torch.Tensor]:
+    """A DDP communication hook (``DistributedDataParallel.register_comm_hook``): averages
+    the bucket with ``state.allreduce`` over the ranks, asynchronously, so that the
+    communication of one bucket overlaps the backward of the next."""
+    return state.average(bucket.buffer())
 
 
 class BucketedAllreduce:
@@ -69,6 +143,9 @@ class BucketedAllreduce:
         self._done: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
         self._launched = 0
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_ready) for p in params]
+        self._buffers = list(module.buffers())
+        if self._buffers:
+            self._hooks.append(module.register_forward_pre_hook(self._broadcast_buffers))
         self._thread = threading.Thread(target=self._comm_loop, name="realcomm-ddp",
                                         daemon=True)
         self._thread.start()
@@ -91,9 +168,20 @@ class BucketedAllreduce:
             start += n
         return views
 
+    def _broadcast_buffers(self, _module: torch.nn.Module, _inputs: Any) -> None:
+        if self._launched:  # the last backward's buckets may still be on the wire
+            raise RuntimeError(_MISSED_FINISH)
+        with torch.no_grad():
+            for buffer in self._buffers:
+                self.driver.run(broadcast, buffer.view(-1), root=0)
+
     def _on_ready(self, param: torch.Tensor) -> None:
         # Runs in autograd's thread as each gradient is accumulated.
-        for b in self._launcher.ready(self._index[id(param)]):
+        try:
+            ready = self._launcher.ready(self._index[id(param)])
+        except ValueError:  # its bucket went already: a second backward without finish()
+            raise RuntimeError(_MISSED_FINISH) from None
+        for b in ready:
             self._todo.put(b)
             self._launched += 1
 

@@ -67,6 +67,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.profiler
 
 from algorithms.buffers import chunk_bounds
 from algorithms.ops import (
@@ -231,10 +232,13 @@ class Driver:
         if check_args:
             self._check_args(algorithm, x, params, equal_lengths)
         gen = algorithm(self.comm, x, **params)
+        name = getattr(algorithm, "__name__", repr(algorithm))
         if not isinstance(gen, Generator):
-            raise TypeError(f"{getattr(algorithm, '__name__', algorithm)!r} did not return a "
-                            "generator: an algorithm is a generator function that yields ops")
-        return _Run(self).execute(gen)
+            raise TypeError(f"{name!r} did not return a generator: an algorithm is a "
+                            "generator function that yields ops")
+        # Named in a torch profiler trace, as torch's own collectives are.
+        with torch.profiler.record_function(f"realcomm:{name}"):
+            return _Run(self).execute(gen)
 
     def _check_args(self, algorithm: Callable[..., Any], x: torch.Tensor,
                     params: dict[str, Any], equal_lengths: bool) -> None:
@@ -614,7 +618,8 @@ class _Run(Interpreter):
 
     def compute(self, task: _Task, op: Compute) -> Any:
         if op.work is not None:  # the real computation, on this thread, now
-            op.work()
+            with torch.profiler.record_function(op.label):
+                op.work()
             return None
         now = time.monotonic()
         self.compute_free = max(now, self.compute_free) + op.seconds

@@ -104,3 +104,42 @@ def test_model_from_module_reads_parameters_and_times_layers() -> None:
                for layer in model.layers if layer.params)
     assert model.input_bytes == BATCH * 10 * 4 and model.output_bytes == BATCH * 3 * 4
     assert all(p.grad is None for p in module.parameters())  # left as it was found
+
+
+def batchnorm_buffers_and_a_missed_finish() -> tuple[float, str]:
+    rank = dist.get_rank()
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8),
+                                          torch.nn.ReLU(), torch.nn.Linear(8, 2)))
+    ours, theirs = models
+    sync = BucketedAllreduce(ours, Driver(), bucket_cap=256, first_bucket_cap=64)
+    reference = DistributedDataParallel(theirs)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ours, reference)]
+    generator = torch.Generator().manual_seed(7 + rank)
+    for _ in range(3):
+        inputs = torch.randn(BATCH, 6, generator=generator)
+        ours(inputs).square().mean().backward()
+        sync.finish()
+        reference(inputs).square().mean().backward()
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
+    # The running statistics too: both broadcast rank 0's before each forward.
+    difference = max((a.float() - b.float()).abs().max().item()
+                     for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    ours(inputs).sum().backward()
+    try:
+        ours(inputs).sum().backward()  # no finish() between the two
+        message = "no error"
+    except RuntimeError as error:
+        message = str(error)
+    sync.close()
+    return difference, message
+
+
+def test_buffers_follow_ddp_and_a_missed_finish_says_so() -> None:
+    for difference, message in spawn(batchnorm_buffers_and_a_missed_finish, 2):
+        assert difference < 1e-5
+        assert "call finish() after every backward" in message
