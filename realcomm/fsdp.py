@@ -15,6 +15,13 @@ gradient buffer, which the schedule reduce-scatters (averaging) into the shard's
     for inputs, targets in batches:
         loss = model.train_step(inputs, targets, loss_fn)      # forward and backward
         optimizer.step(); optimizer.zero_grad()
+    model.eval()
+    predictions = model(inputs)                                # gathers the current shards
+    weights = model.state_dict()                               # the whole module's
+
+It is an ``nn.Module`` whose parameters are the shards; calling it (for evaluation) and
+``state_dict`` first gather the current shards, so they never see parameters older than the
+last optimizer step.
 
 What it does not do: free memory. The gathered buffers stay allocated between uses (freeing
 them under autograd needs FSDP's storage tricks); the schedule's ``Footprint`` accounting is
@@ -34,23 +41,27 @@ from algorithms.models import Layer, Model
 from realcomm.driver import DEFAULT_TIMEOUT, Driver
 
 
-class FullyShardedSequential:
+class FullyShardedSequential(torch.nn.Module):
     """A ``torch.nn.Sequential`` trained with FSDP's schedule over the driver's ranks.
 
     Constructing it is collective over the default process group: it makes a driver with
-    a channel per collective of the schedule and broadcasts rank 0's parameters.
+    a channel per collective of the schedule and broadcasts rank 0's parameters. So are
+    calling it, ``state_dict`` and ``full_parameters``, which gather the shards.
     """
 
     def __init__(self, module: torch.nn.Sequential, *, forward_prefetch: bool = False,
                  backward_prefetch: str | None = BACKWARD_PRE, limit_all_gathers: int = 2,
                  reshard_after_forward: bool = True, timeout: float = DEFAULT_TIMEOUT) -> None:
+        super().__init__()
         self.units = list(module.children())
         if not self.units:
             raise ValueError("the module has no children to take as units")
         params = [p for unit in self.units for p in unit.parameters()]
         if len({(p.dtype, p.device) for p in params}) > 1:
             raise ValueError("all parameters must share one dtype and device")
-        self.module = module
+        # Not a submodule: its parameters are views of the gathered buffers, which the
+        # optimizer must not see; the shards below are this module's parameters.
+        self.__dict__["module"] = module
         self.driver = Driver(channels=fsdp_channels(len(self.units)), timeout=timeout)
         p, r = self.driver.comm.size, self.driver.comm.rank
         like = params[0] if params else torch.empty(0)
@@ -58,7 +69,9 @@ class FullyShardedSequential:
                         "backward_prefetch": backward_prefetch,
                         "limit_all_gathers": limit_all_gathers,
                         "reshard_after_forward": reshard_after_forward}
-        self.gathered, self.grads, self.shards = [], [], []
+        self.gathered: list[torch.Tensor] = []
+        self.grads: list[torch.Tensor] = []
+        shards = []
         for unit in self.units:
             count = sum(q.numel() for q in unit.parameters())
             flat = torch.zeros(padded_size(count, p), dtype=like.dtype, device=like.device)
@@ -69,20 +82,34 @@ class FullyShardedSequential:
             chunk = len(flat) // p
             shard = torch.nn.Parameter(flat[r * chunk:(r + 1) * chunk].clone())
             shard.grad = torch.zeros_like(shard)
-            self.shards.append(shard)
+            shards.append(shard)
             self.gathered.append(flat)
             self.grads.append(torch.zeros_like(flat))
             # From now on the parameters are views into the gathered buffer, so whatever the
             # all-gathers write there is what forward and backward use.
             for q, view in _views(unit, flat):
                 q.data = view
+        self.shards = torch.nn.ParameterList(shards)
         self.model = Model(type(module).__name__, tuple(
             Layer(str(i), tuple(q.numel() for q in unit.parameters()), 0.0, 0.0)
             for i, unit in enumerate(self.units)), grad_bytes=like.element_size())
 
-    def parameters(self) -> list[torch.nn.Parameter]:
-        """This rank's shards, one per unit: what the optimizer updates."""
-        return self.shards
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The module's output on ``inputs`` with the current parameters (collective: they
+        are gathered first). For evaluation: training goes through ``train_step``."""
+        if self.training and torch.is_grad_enabled():
+            raise RuntimeError("FullyShardedSequential trains through train_step(inputs, "
+                               "targets, loss_fn); call it for evaluation, after model.eval() "
+                               "or under torch.no_grad()")
+        self._gather()
+        return self.module(inputs)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The whole module's state, with its current parameters, under its own keys, as
+        FSDP's full state dict (collective: the shards are gathered first)."""
+        self._gather()
+        return {key: value.detach().clone()
+                for key, value in self.module.state_dict(*args, **kwargs).items()}
 
     def train_step(self, inputs: torch.Tensor, targets: torch.Tensor,
                    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> float:
@@ -130,15 +157,18 @@ class FullyShardedSequential:
 
     def full_parameters(self) -> list[torch.Tensor]:
         """Every unit's parameters, gathered from the current shards (collective)."""
-        out = []
+        self._gather()
+        return [view.clone() for unit, flat in zip(self.units, self.gathered)
+                for _, view in _views(unit, flat)]
+
+    def _gather(self) -> None:
+        """Fill every unit's gathered buffer, and so its parameters, from the shards."""
         p, r = self.driver.comm.size, self.driver.comm.rank
-        for unit, shard, flat in zip(self.units, self.shards, self.gathered):
-            full = torch.empty_like(flat)
-            chunk = len(flat) // p
-            full[r * chunk:(r + 1) * chunk] = shard.detach()
-            self.driver.run(all_gather, full)
-            out += [view.clone() for _, view in _views(unit, full)]
-        return out
+        with torch.no_grad():
+            for shard, flat in zip(self.shards, self.gathered):
+                chunk = len(flat) // p
+                flat[r * chunk:(r + 1) * chunk] = shard.detach()
+                self.driver.run(all_gather, flat)
 
 
 def _fsdp_rank(comm: Any, _unused: Any, model: Model, options: dict[str, Any],

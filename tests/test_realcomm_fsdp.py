@@ -109,3 +109,41 @@ def test_sharded_training_equals_torch_fully_shard() -> None:
         assert our_losses == pytest.approx(their_losses, abs=1e-6)
         for got, want in zip(our_params, their_params):
             assert got == pytest.approx(want, abs=1e-6)
+
+
+def evaluate_after_training() -> tuple[float, float, list[str], str]:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    sharded = FullyShardedSequential(make_model())
+    assert isinstance(sharded, torch.nn.Module)
+    optimizer = torch.optim.SGD(sharded.parameters(), lr=0.1)
+    for inputs, targets in global_batches(world):
+        mine = slice(rank * BATCH, (rank + 1) * BATCH)
+        sharded.train_step(inputs[mine], targets[mine], torch.nn.functional.cross_entropy)
+        optimizer.step()
+        optimizer.zero_grad()
+    # A plain copy of the module with the trained parameters, taken from the state dict.
+    state = sharded.state_dict()
+    plain = make_model()
+    plain.load_state_dict(state)
+    probe = torch.randn(5, 10, generator=torch.Generator().manual_seed(3))
+    sharded.eval()
+    with torch.no_grad():
+        evaluated = (sharded(probe) - plain(probe)).abs().max().item()
+    full = torch.cat([p.reshape(-1) for p in sharded.full_parameters()])
+    stated = torch.cat([v.reshape(-1) for v in state.values()])
+    sharded.train()
+    try:
+        sharded(probe)
+        message = "no error"
+    except RuntimeError as error:
+        message = str(error)
+    return evaluated, (full - stated).abs().max().item(), list(state), message
+
+
+def test_it_is_a_module_that_evaluates_and_saves_its_current_parameters() -> None:
+    keys = list(make_model().state_dict())
+    for evaluated, stated, state_keys, message in spawn(evaluate_after_training, 2):
+        assert evaluated == 0.0  # the trained parameters, not the ones of the last gather
+        assert stated == 0.0
+        assert state_keys == keys
+        assert "trains through train_step" in message
