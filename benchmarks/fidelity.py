@@ -7,7 +7,10 @@ transition, and bandwidth-bound (64 MiB and up), and over the whole table. Table
 algorithm is not modelled yet (NCCL's default picks NVLS or trees on these machines) are
 listed with the reason and left out of the summary.
 
-    python benchmarks/fidelity.py [--tables benchmarks/published]
+    python benchmarks/fidelity.py [--tables benchmarks/published] [--rows] [--torch]
+
+With ``--torch`` it also prints the same summary for torch's own analytical estimate
+(``torch/_inductor/comm_analysis.py``, which mirrors NCCL's tuning model) on the same rows.
 
 The figures depend on nothing but the model, so they are the same on any machine.
 """
@@ -114,6 +117,22 @@ def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence
     return times
 
 
+def torch_estimates(program: str, ranks: int, sizes: Sequence[int]) -> list[float]:
+    """Torch's analytical estimate of each size, in microseconds, as on H100 machines of
+    8 GPUs each.
+
+    Torch sizes its model by the GPUs it finds; a machine without them would get its
+    fallback (Ampere), so its GPU detection is told Hopper here: the tables' machines."""
+    from torch._inductor import comm_analysis
+
+    comm_analysis.get_gpu_type = lambda: comm_analysis.NVIDIA_GPU_TYPE.HOPPER
+    collective = {"all_reduce_perf": comm_analysis.NCCL_COLL.ALL_REDUCE,
+                  "reduce_scatter_perf": comm_analysis.NCCL_COLL.REDUCE_SCATTER,
+                  "all_gather_perf": comm_analysis.NCCL_COLL.ALL_GATHER}[program]
+    return [comm_analysis.estimate_nccl_collective_runtime_impl(size, ranks, collective) * 1e3
+            for size in sizes]
+
+
 def regime(size: int) -> str:
     """Which regime a size falls in."""
     if size < LATENCY_BOUND:
@@ -134,12 +153,14 @@ def main() -> None:
                         help="folder of published CSVs (default benchmarks/published)")
     parser.add_argument("--rows", action="store_true",
                         help="also print every row: measured, simulated, error, what ran")
+    parser.add_argument("--torch", action="store_true",
+                        help="also summarise torch's analytical estimate on the same rows")
     args = parser.parse_args()
     paths = sorted(Path(args.tables).glob("*.csv"))
     print(f"{'table':<46} {'model':<50} {'latency':>13} {'transition':>13} "
           f"{'bandwidth':>13} {'all':>13}")
     print(f"{'':<46} {'':<50} " + " ".join(f"{'median   max':>13}" for _ in range(4)))
-    every, skipped = [], []
+    every, skipped, torch_rows = [], [], []
     for path in paths:
         table = read_table(path)
         model = model_for(table)
@@ -160,8 +181,27 @@ def main() -> None:
             for size, measured, (simulated, ran) in zip(table.sizes, table.times_us, predicted):
                 print(f"    {size:>12} B  measured {measured:>9.1f} us  simulated "
                       f"{simulated:>9.1f} us  {simulated / measured - 1:+7.1%}  {ran}")
+        if args.torch:
+            program = table.header.get("collective", "").split(" ")[0]
+            estimates = torch_estimates(program, make_preset(preset).size, table.sizes)
+            torch_rows.append((table.name, table.sizes, table.times_us, estimates))
     print(f"\nall modelled tables together: median {statistics.median(every):.1%} over "
           f"{len(every)} rows" if every else "\nno table is modelled yet")
+    if torch_rows:
+        print("\ntorch's analytical estimate (torch/_inductor/comm_analysis.py) on the same "
+              "rows:")
+        torch_every = []
+        for name, sizes, measured_us, estimates in torch_rows:
+            errors = {"latency": [], "transition": [], "bandwidth": []}
+            for size, measured, estimate in zip(sizes, measured_us, estimates):
+                errors[regime(size)].append(abs(estimate - measured) / measured)
+            flat = [e for values in errors.values() for e in values]
+            torch_every += flat
+            print(f"{name:<46} {'torch':<50} "
+                  + " ".join(f"{summary(errors[r]):>13}" for r in errors)
+                  + f" {summary(flat):>13}")
+        print(f"\ntorch's estimate, all tables together: median "
+              f"{statistics.median(torch_every):.1%} over {len(torch_every)} rows")
     if skipped:
         print("\nnot modelled yet:")
         for name, why in skipped:
