@@ -104,6 +104,9 @@ def _check_mode_runs(length: int) -> list[tuple[str, Any]]:
                 outcomes.append(_outcome(driver.run, algorithm, data.clone(), op=SUM,
                                          **params))
     outcomes.append(_outcome(checked.run, _changes_its_send_buffer, torch.ones(8)))
+    # Rank 0 raised as soon as its send was done; were it to exit now, rank 1 could still be
+    # reading that message and find the connection reset.
+    dist.barrier()
     return outcomes
 
 
