@@ -166,13 +166,12 @@ class _Leg:
 
 
 class _Reduction:
-    """A ``RecvReduce`` that a switch sums: its receives, the sends matched to them, and
-    its legs' progress."""
+    """A ``RecvReduce``: how a switch sums it (if one does), the sends matched to its
+    receives, and its legs' progress."""
 
-    __slots__ = ("recvs", "sends", "plan", "legs_left", "tail")
+    __slots__ = ("sends", "plan", "legs_left", "tail")
 
     def __init__(self, plan: tuple[dict[int, Route], Route, Route] | None) -> None:
-        self.recvs: list[_Handle] = []
         self.sends: list[_Handle] = []
         self.plan = plan  # peer -> way up, own way up, way down; None: no switch sums it
         self.legs_left = 0
@@ -202,7 +201,7 @@ class _Simulation(Interpreter):
         self.topology = topology
         self.record = record
         self.links = topology.links
-        # The topology's links, then the LL pipes as channels use them (see the module doc).
+        # The topology's links, then the channels' pipes as they are used (see the module doc).
         self.link_free = [0] * len(self.links)
         self.link_bytes = [0] * len(self.links)
         self.link_busy = [0] * len(self.links)  # ticks
@@ -217,7 +216,7 @@ class _Simulation(Interpreter):
         # Per protocol, (src, dst) -> per link of the route: (index, ticks per byte, latency,
         # gap). Simple's table is looked up without the protocol: hashing an enum member is a
         # Python call, a tenth of a microsecond on every message.
-        self.simple_routes: dict[tuple[int, int], tuple[tuple[int, float, int, int], ...]] = {}
+        self.simple_routes: dict[tuple[int, int], Route] = {}
         self.routes = {Protocol.SIMPLE: self.simple_routes, Protocol.LL: {}, Protocol.LL128: {}}
         self.memory_free = [0] * self.size  # ticks
         self.compute_free = [0] * self.size
@@ -234,7 +233,7 @@ class _Simulation(Interpreter):
         self.messages = 0
         self.launches: list[Launch] = []
         self.reducing = frozenset(topology.reducing_switches)
-        self.plans: dict[tuple[int, tuple[int, ...]], Any] = {}
+        self.plans: dict[tuple[int, tuple[int, ...], bool], Any] = {}
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -316,10 +315,9 @@ class _Simulation(Interpreter):
 
     def _route(self, src: int, dst: int, protocol: Protocol) -> Route:
         per_data_byte = TICKS_PER_SECOND / WIRE_EFFICIENCY[protocol]
-        route = tuple((i, per_data_byte / self.links[i].bandwidth,
-                       _ticks(self.links[i].latency_of(protocol)), _ticks(self.links[i].gap))
-                      for i in self.topology.route(src, dst))
-        return route
+        return tuple((i, per_data_byte / self.links[i].bandwidth,
+                      _ticks(self.links[i].latency_of(protocol)), _ticks(self.links[i].gap))
+                     for i in self.topology.route(src, dst))
 
     def _through_pipe(self, src: int, dst: int, channel: Hashable, protocol: Protocol,
                       route: Route) -> Route:
@@ -355,7 +353,7 @@ class _Simulation(Interpreter):
         end = free[i] = start + occupancy
         self.link_busy[i] += occupancy
         self.link_bytes[i] += nbytes
-        if self.record and i < len(self.links):  # not the LL pipes
+        if self.record and i < len(self.links):  # not the channels' pipes
             self.hops.append(Hop(i, h.message, start / TICKS_PER_SECOND,
                                  end / TICKS_PER_SECOND))
         h.hop = hop = hop + 1
@@ -379,9 +377,7 @@ class _Simulation(Interpreter):
                     _span(op.buf) if self.has_data else None)
         if h.span is not None:
             self.guard(h)
-        if group is not None:
-            h.group = group
-            group.recvs.append(h)
+        h.group = group
         sends, recvs = self.queues[src, dst, task.channel]
         if sends:
             self._pair(sends.popleft(), h)
@@ -420,7 +416,7 @@ class _Simulation(Interpreter):
     # -- in the switch -------------------------------------------------------------------
 
     def multicast(self, task: _Task, op: Multicast) -> tuple[_Handle, ...]:
-        plan = self._multicast_plan(task.rank, op.peers)
+        plan = self._plan(task.rank, op.peers, inbound=False)
         if plan is None:
             return super().multicast(task, op)
         up, downs, own = plan
@@ -440,7 +436,7 @@ class _Simulation(Interpreter):
         return tuple(branches)
 
     def recv_reduce(self, task: _Task, op: RecvReduce) -> tuple[_Handle, ...]:
-        group = _Reduction(self._reduction_plan(task.rank, op.peers))
+        group = _Reduction(self._plan(task.rank, op.peers, inbound=True))
         return tuple(self.recv(task, Recv(peer, op.buf, op.op, op.label), group)
                      for peer in op.peers)
 
@@ -454,10 +450,10 @@ class _Simulation(Interpreter):
         if len(group.sends) < len(ups):
             return
         group.legs_left = len(ups) + 1
+        arrived = self._summed_up(group)
         for h in group.sends:
-            self._cross(_Leg(h.nbytes, ups[h.task.rank], h.message, self._summed_up(group)),
-                        self.env.now)
-        self._cross(_Leg(send.nbytes, own, -1, self._summed_up(group)), self.env.now)
+            self._cross(_Leg(h.nbytes, ups[h.task.rank], h.message, arrived), self.env.now)
+        self._cross(_Leg(send.nbytes, own, -1, arrived), self.env.now)
 
     def _summed_up(self, group: _Reduction) -> Callable[[_Leg], None]:
         def arrived(leg: _Leg) -> None:
@@ -505,26 +501,18 @@ class _Simulation(Interpreter):
                 return self.links[i].dst, k + 1
         return None
 
-    def _multicast_plan(self, src: int, peers: tuple[int, ...]
-                        ) -> tuple[Route, dict[int, Route], Route] | None:
-        """The way up to the switch, the way down to each peer and back to ``src``; None
-        unless one switch that multicasts is on every peer's route, after the same links."""
-        key = (src, peers)
-        if key not in self.plans:
-            self.plans[key] = self._plan(src, peers, inbound=False)
-        return self.plans[key]
-
-    def _reduction_plan(self, dst: int, peers: tuple[int, ...]
-                        ) -> tuple[dict[int, Route], Route, Route] | None:
-        """Each peer's way up to the switch, ``dst``'s own, and the way down to ``dst``;
-        None unless every peer's route meets one switch that reduces, and goes on from it
-        along the same links."""
-        key = (-1 - dst, peers)
-        if key not in self.plans:
-            self.plans[key] = self._plan(dst, peers, inbound=True)
-        return self.plans[key]
-
     def _plan(self, rank: int, peers: tuple[int, ...], inbound: bool) -> Any:
+        """How a switch carries a reduction into ``rank`` (``inbound``: each peer's way up
+        to the switch, the rank's own, and the way down to it) or a multicast from it (the
+        way up, the way down to each peer, and back to the rank); None unless one switch
+        that reduces and multicasts is on every peer's route, with the shared part of the
+        routes the same links. Cached."""
+        key = (rank, peers, inbound)
+        if key not in self.plans:
+            self.plans[key] = self._new_plan(rank, peers, inbound)
+        return self.plans[key]
+
+    def _new_plan(self, rank: int, peers: tuple[int, ...], inbound: bool) -> Any:
         if not self.reducing or any(p >= self.size or p == rank for p in peers):
             return None  # a bad peer is reported by the Send or Recv it falls back to
         route = self.topology.route

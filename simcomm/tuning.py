@@ -134,7 +134,7 @@ class ModelTuner:
                 rank = parents[rank]
             path, latency = max(path, trip + hops), max(latency, hops)
         # The first chunk pays the whole way; the others follow at the busiest link's pace;
-        # and no link, or LL pipe, carries its bytes faster than its bandwidth, the way's
+        # and no link, or GPU's pipe, carries its bytes faster than its bandwidth, the way's
         # latencies aside.
         busiest = self._busiest(load, sent, protocol)
         return max(path + busiest * (chunks - 1) / chunks, latency + busiest)
