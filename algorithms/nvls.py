@@ -80,10 +80,16 @@ def nvls_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = NVLS_
     return x
 
 
+def pipeline_chunks(bytes_per_rank: float, chunk_bytes: int) -> int:
+    """How many chunks a channel's part is pipelined in: one per ``chunk_bytes`` of each
+    rank's slice, at most ``MAX_CHUNKS``."""
+    return min(MAX_CHUNKS, max(1, math.ceil(bytes_per_rank / chunk_bytes)))
+
+
 def _pipeline(comm: Comm, part: Any, op: ReduceOp, chunk_bytes: int) -> Schedule:
-    per_rank = part.nbytes / comm.size
-    chunks = min(MAX_CHUNKS, max(1, math.ceil(per_rank / chunk_bytes)), len(part) // comm.size
-                 or 1)
+    # No more chunks than a rank's slice has elements.
+    chunks = min(pipeline_chunks(part.nbytes / comm.size, chunk_bytes),
+                 len(part) // comm.size or 1)
     gathering: tuple[Any, ...] = ()
     for chunk in split_even(part, chunks):
         yield from _reduce_scatter(comm, chunk, op)

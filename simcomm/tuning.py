@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 from algorithms.nccl import rail_ring, ring_slices
 from algorithms.nccl_tree import TREE_CHUNK_BYTES, tree_position
-from algorithms.nvls import MAX_CHUNKS, NVLS_CHANNELS, nvls_chunk_bytes
+from algorithms.nvls import NVLS_CHANNELS, nvls_chunk_bytes, pipeline_chunks
 from algorithms.ops import Choice, Comm, Protocol
 from simcomm.topology import WIRE_EFFICIENCY, Topology
 
@@ -147,7 +147,7 @@ class ModelTuner:
         step = sum(link.latency for link in route) + topology.switch_latency
         rate = topology.switch_efficiency * min(link.bandwidth for link in route)
         chunk = nvls_chunk_bytes(nbytes, channels, p)
-        chunks = min(MAX_CHUNKS, max(1, math.ceil(nbytes / channels / p / chunk)))
+        chunks = pipeline_chunks(nbytes / channels / p, chunk)
         # While the first chunks go up the downlinks idle, for about a slice of a chunk.
         return 2 * step + nbytes * (p + 1) / p / rate + nbytes / chunks / p / rate
 
