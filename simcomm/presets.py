@@ -150,7 +150,7 @@ def with_injection(topology: Topology) -> Topology:
     shared evenly by a collective's channels (``Topology.injection_bandwidth``). A modelling
     choice after NCCL's cost model, which gives a collective nChannels times one channel's
     bandwidth and charges its steps' latency on top (src/graph/tuning.cc)."""
-    return replace(topology, injection_bandwidth=topology.egress_bandwidth(0), _routes={})
+    return replace(topology, injection_bandwidth=topology.egress_bandwidth(0))
 
 
 def with_nvls(topology: Topology) -> Topology:
@@ -159,7 +159,7 @@ def with_nvls(topology: Topology) -> Topology:
     switches = tuple(node for node in topology.nodes
                      if node == "switch" or node.endswith(".switch"))
     return replace(topology, reducing_switches=switches, switch_efficiency=NVLS_EFFICIENCY,
-                   switch_latency=NVLS_SWITCH_LATENCY, _routes={})
+                   switch_latency=NVLS_SWITCH_LATENCY)
 
 
 def _dgx(name: str, gpus: int, nvlink: float, hbm: float, ll_bandwidth: float) -> Topology:

@@ -119,7 +119,7 @@ def topologies(draw: st.DrawFn, world_size: int) -> Topology:
     if switches and draw(st.booleans()):  # switches that reduce and multicast (NVLS)
         topology = replace(topology, reducing_switches=switches,
                            switch_efficiency=draw(st.floats(0.1, 1.0)),
-                           switch_latency=draw(_LATENCIES), _routes={})
+                           switch_latency=draw(_LATENCIES))
     max_jitter = draw(_LATENCIES)
     if max_jitter > 0:
         topology = topology.with_latency_jitter(draw(st.integers(0, 2**32 - 1)), max_jitter)

@@ -129,10 +129,15 @@ class Topology:
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
     switch_latency: float = 0.0
+    # Routes found so far, and each node's links out and in: made anew for every instance
+    # (``dataclasses.replace`` too), so a copy with other links never sees stale routes.
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
-        default_factory=dict, repr=False, compare=False)
+        init=False, repr=False, compare=False)
+    _adjacency: list[dict[str, list[int]]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_routes", {})
+        object.__setattr__(self, "_adjacency", [])
         if len(set(self.nodes)) != len(self.nodes):
             raise ValueError(f"topology {self.name!r}: node names must be unique")
         known = set(self.nodes)
@@ -193,11 +198,17 @@ class Topology:
         return path
 
     def _shortest_path(self, src: int, dst: int) -> tuple[int, ...]:
+        # Fewest hops, then the fattest path, then link order: Dijkstra on (hops, -bottleneck
+        # bandwidth, link indices), run only over the links that lie on some path of the
+        # fewest hops. Those come from a search from both ends that stops where they meet,
+        # so a route between two GPUs never walks the thousands of links of the network
+        # switch between them. Every node's best label comes over such a link, so the
+        # restriction leaves the route as a search of the whole graph finds it.
         start, goal = self.ranks[src], self.ranks[dst]
-        outgoing: dict[str, list[int]] = {}
-        for i, link in enumerate(self.links):
-            outgoing.setdefault(link.src, []).append(i)
-        # cost: (hops, -bottleneck bandwidth, link indices) -- fewest hops, then the fattest path
+        outgoing = self._links_on_shortest_paths(start, goal)
+        if outgoing is None:
+            raise ValueError(f"topology {self.name!r}: no route from rank {src} ({start}) "
+                             f"to rank {dst} ({goal})")
         heap: list[tuple[int, float, tuple[int, ...], str]] = [(0, -math.inf, (), start)]
         done: set[str] = set()
         while heap:
@@ -212,8 +223,58 @@ class Topology:
                 if link.dst not in done:
                     bottleneck = -min(-neg_bw, link.bandwidth)
                     heapq.heappush(heap, (hops + 1, bottleneck, path + (i,), link.dst))
-        raise ValueError(f"topology {self.name!r}: no route from rank {src} ({start}) "
-                         f"to rank {dst} ({goal})")
+        raise AssertionError("unreachable: the goal ends every path of the fewest hops")
+
+    def _links_on_shortest_paths(self, start: str, goal: str) -> dict[str, list[int]] | None:
+        """The links on some path of the fewest hops from ``start`` to ``goal``, by the node
+        they leave; None if there is no path. Breadth-first from both ends, each time
+        widening the side whose next step crosses fewer links, until the two meet."""
+        by_node = self._links_by_node()  # outgoing, incoming
+        far_end = ("dst", "src")
+        ends: list[dict[str, int]] = [{start: 0}, {goal: 0}]  # node -> hops from its end
+        layers: list[list[list[str]]] = [[[start]], [[goal]]]
+        meet = [start] if start == goal else []
+        while not meet:
+            cost = [sum(len(by_node[side].get(v, ())) for v in layers[side][-1])
+                    for side in (0, 1)]
+            side = 0 if cost[0] <= cost[1] else 1
+            frontier = []
+            for v in layers[side][-1]:
+                for i in by_node[side].get(v, ()):
+                    w = getattr(self.links[i], far_end[side])
+                    if w not in ends[side]:
+                        ends[side][w] = len(layers[side])
+                        frontier.append(w)
+            if not frontier:
+                return None
+            layers[side].append(frontier)
+            meet = [v for v in frontier if v in ends[1 - side]]
+        # Every link of a shortest path leaves a node of the start's layers or enters one of
+        # the goal's. Walk each side's layers back from where they met, keeping the links
+        # that lead on to a node kept one layer nearer the meeting.
+        outgoing: dict[str, list[int]] = {}
+        for side in (0, 1):
+            ahead = set(meet)
+            for layer in reversed(layers[side][:ends[side][meet[0]]]):
+                kept = set()
+                for v in layer:
+                    for i in by_node[side].get(v, ()):
+                        if getattr(self.links[i], far_end[side]) in ahead:
+                            outgoing.setdefault(self.links[i].src, []).append(i)
+                            kept.add(v)
+                ahead = kept
+        return outgoing
+
+    def _links_by_node(self) -> list[dict[str, list[int]]]:
+        """Each node's outgoing and incoming link indices, in link order (built once)."""
+        if not self._adjacency:
+            outgoing: dict[str, list[int]] = {}
+            incoming: dict[str, list[int]] = {}
+            for i, link in enumerate(self.links):
+                outgoing.setdefault(link.src, []).append(i)
+                incoming.setdefault(link.dst, []).append(i)
+            self._adjacency.extend((outgoing, incoming))
+        return self._adjacency
 
     def egress_bandwidth(self, rank: int) -> float:
         """Total bandwidth of the links leaving rank ``rank``'s node."""
@@ -237,7 +298,7 @@ class Topology:
                               ll128_latency=None if link.ll128_latency is None
                               else link.ll128_latency + float(e))
                       for link, e in zip(self.links, extra))
-        return replace(self, name=f"{self.name}+jitter", links=links, _routes={})
+        return replace(self, name=f"{self.name}+jitter", links=links)
 
 
 def duplex(a: str, b: str, bandwidth: float, latency: float | PerProtocol,

@@ -26,7 +26,7 @@ BANDWIDTH, LATENCY = 100e9, 2e-6  # per link direction; GPU to GPU through the s
 
 def reducing_switch(p: int, efficiency: float = 0.5, latency: float = 1e-6):
     return replace(switch(p, BANDWIDTH, LATENCY), reducing_switches=("switch",),
-                   switch_efficiency=efficiency, switch_latency=latency, _routes={})
+                   switch_efficiency=efficiency, switch_latency=latency)
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
@@ -57,7 +57,7 @@ def test_without_a_reducing_switch_it_is_plain_sends_and_moves_more() -> None:
 @pytest.mark.parametrize("topology", [
     reducing_switch(5), switch(5, BANDWIDTH, LATENCY),
     replace(hierarchical(2, 3, BANDWIDTH, LATENCY, 1e9, 1e-5, nic_per_gpu=False),
-            reducing_switches=("node0.switch", "node1.switch"), _routes={}),
+            reducing_switches=("node0.switch", "node1.switch")),
 ], ids=["reducing-switch", "plain-switch", "two-nodes"])
 @pytest.mark.parametrize("op", [SUM, MAX, AVG])
 def test_results_equal_the_reference_wherever_it_runs(topology, op) -> None:

@@ -170,3 +170,69 @@ def test_latency_jitter_refuses_a_bad_amount_by_name(max_extra) -> None:
 def test_latency_jitter_refuses_a_seed_that_is_not_an_int() -> None:
     with pytest.raises(ValueError, match="seed must be an int"):
         ring(4, 1e9, 0.0).with_latency_jitter(0.5, 1e-6)
+
+
+def _full_search_route(topology: Topology, src: int, dst: int) -> tuple[int, ...] | None:
+    # The definition of a route, searched over the whole graph: Dijkstra on (hops,
+    # -bottleneck bandwidth, link indices). Topology.route searches only the nodes on
+    # paths of the fewest hops and must agree with it everywhere.
+    import heapq
+    start, goal = topology.ranks[src], topology.ranks[dst]
+    heap = [(0, -math.inf, (), start)]
+    done = set()
+    while heap:
+        hops, neg_bw, path, node = heapq.heappop(heap)
+        if node == goal:
+            return path
+        if node in done:
+            continue
+        done.add(node)
+        for i, link in enumerate(topology.links):
+            if link.src == node and link.dst not in done:
+                heapq.heappush(heap, (hops + 1, -min(-neg_bw, link.bandwidth), path + (i,),
+                                      link.dst))
+    return None
+
+
+@st.composite
+def _random_graphs(draw: st.DrawFn) -> Topology:
+    # Few bandwidths, so that ties between paths are common; parallel links allowed.
+    nodes = [f"n{i}" for i in range(draw(st.integers(2, 9)))]
+    pairs = st.tuples(st.sampled_from(nodes), st.sampled_from(nodes)).filter(
+        lambda pair: pair[0] != pair[1])
+    links = tuple(Link(a, b, draw(st.sampled_from([1.0, 2.0, 3.0])), 0.0)
+                  for a, b in draw(st.lists(pairs, min_size=1, max_size=30)))
+    ranks = draw(st.lists(st.sampled_from(nodes), min_size=1, unique=True))
+    return Topology("random", tuple(nodes), links, tuple(ranks), (1.0,) * len(ranks))
+
+
+@given(_random_graphs())
+def test_routes_equal_a_search_of_the_whole_graph(topology) -> None:
+    for src in range(topology.size):
+        for dst in range(topology.size):
+            want = _full_search_route(topology, src, dst)
+            if want is None:
+                with pytest.raises(ValueError, match="no route from rank"):
+                    topology.route(src, dst)
+            else:
+                assert topology.route(src, dst) == want
+
+
+@pytest.mark.parametrize("spec", ["cluster-h100:nodes=3", "fattree-h100:nodes=4",
+                                  "pcie-a100", "dgx-h100"])
+def test_preset_routes_equal_a_search_of_the_whole_graph(spec) -> None:
+    from simcomm.presets import make_preset
+    topology = make_preset(spec)
+    for src in range(topology.size):
+        for dst in range(0, topology.size, 3):
+            if src != dst:
+                assert topology.route(src, dst) == _full_search_route(topology, src, dst)
+
+
+def test_a_route_across_a_large_cluster_does_not_walk_the_network_switch() -> None:
+    # 2,048 nodes: the network switch has 32,768 links; a route between two GPUs looks at
+    # the few links of its ends only (else this test would take minutes).
+    topology = hierarchical(2048, 8, B, ALPHA, B / 9, ALPHA)
+    for r in range(0, topology.size, 7):
+        route = route_links(topology, r, (r + 8) % topology.size)
+        assert [link.dst for link in route] == ["net", topology.ranks[(r + 8) % topology.size]]
