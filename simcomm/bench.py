@@ -28,6 +28,7 @@ from algorithms.harness.bench import (
 )
 from algorithms.harness.catalog import UserAlgorithmError
 from simcomm.buffers import SizeOnly
+from simcomm.collective_level import choose_level
 from simcomm.engine import simulate
 from simcomm.presets import PRESETS, is_preset_spec
 from simcomm.results import SimResult
@@ -95,13 +96,13 @@ def _parse(what: str, parse: Callable[[str], float], text: str) -> float:
 
 
 def bench_size(config: BenchConfig, topology: Topology, size: int,
-               average: int = SLOWEST_RANK) -> BenchRow:
+               average: int = SLOWEST_RANK, level: str = "message") -> BenchRow:
     """Simulate ``config``'s collective at ``size`` bytes on ``topology`` and score it; its
     time is the ranks' finish times made one as nccl-tests' ``-a`` says (``rank_time``;
     default the last rank's, when the collective is done).
 
     Size-only buffers unless ``config.check``, which runs numpy data and counts wrong
-    elements.
+    elements. ``level``: as ``simulate``'s (``bench_level`` says which a run takes).
     """
     p = topology.size
     count = buffer_count(config.collective, p, size, config.dtype.itemsize)
@@ -109,7 +110,7 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
         inputs = check_inputs(p, count, config.dtype, config.op)
     else:
         inputs = [SizeOnly(count, config.dtype)] * p  # immutable, so one serves every rank
-    result = simulate(config.collective.function, inputs, topology, record=False,
+    result = simulate(config.collective.function, inputs, topology, record=False, level=level,
                       **config.algorithm_kwargs())
     wrong = None
     if config.check:
@@ -120,13 +121,18 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
                      rank_time(result.finish_times, average), wrong, algo)
 
 
-def bench_rows(config: BenchConfig, topology: Topology, average: int = SLOWEST_RANK
-               ) -> Iterator[BenchRow]:
+def bench_rows(config: BenchConfig, topology: Topology, average: int = SLOWEST_RANK,
+               level: str = "message") -> Iterator[BenchRow]:
     """Every size of ``config`` on ``topology``, each row as soon as it is simulated (its
     root is checked against the ranks first)."""
     config.check_world(topology.size)
     for size in config.sizes:
-        yield bench_size(config, topology, size, average)
+        yield bench_size(config, topology, size, average, level)
+
+
+def bench_level(config: BenchConfig, topology: Topology, level: str) -> str:
+    """The level (``message`` or ``collective``) ``config``'s runs take at ``level``."""
+    return choose_level(level, config.collective.function, topology.size, not config.check)
 
 
 def traced_run(config: BenchConfig, topology: Topology, size: int,

@@ -44,7 +44,10 @@ from algorithms.harness.cli import (
 from algorithms.harness.catalog import KINDS
 from algorithms.harness.tuner_file import format_tuner_file, rows_for
 from algorithms.protocol import AlgorithmError
-from simcomm.bench import SLOWEST_RANK, bench_rows, is_builder, load_named_topology, traced_run
+from simcomm.bench import (
+    SLOWEST_RANK, bench_level, bench_rows, is_builder, load_named_topology, traced_run,
+)
+from simcomm.collective_level import AUTO_MESSAGE_LIMIT, LEVELS
 from simcomm.calibration import load_calibration
 from simcomm.crossover import crossovers, format_crossovers
 from simcomm.presets import describe, list_presets
@@ -110,6 +113,7 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
                         help="draw the run of the largest size as a timeline PNG (needs "
                              "matplotlib)")
     _add_topology_arguments(parser)
+    _add_level_argument(parser)
     parser.set_defaults(run=bench)
 
 
@@ -166,15 +170,35 @@ def bench(args: argparse.Namespace) -> int:
     for config in configs:
         config.check_world(topology.size)
     average = SLOWEST_RANK if args.average is None else args.average
-    writer = RowWriter(sys.stdout, configs[0].format, _bench_header(args, configs[0], topology))
+    header = _bench_header(args, configs[0], topology)
+    header.append(_level_line(args.level, bench_level(configs[0], topology, args.level)))
+    writer = RowWriter(sys.stdout, configs[0].format, header)
     writer.start()
     for config in configs:
-        for row in bench_rows(config, topology, average):
+        for row in bench_rows(config, topology, average, args.level):
             writer.write(row)
     writer.finish()
     if args.summary or args.trace or args.timeline:
         _largest_run(args, configs[0], topology)
     return 0
+
+
+def _level_line(asked: str, level: str) -> str:
+    """What level ran, for a header line."""
+    how = ("every message simulated" if level == "message" else
+           "costs from the topology, no message simulated (exact where no link is shared "
+           "by two messages, else a bound from above)")
+    chose = f" (--level auto: {'few' if level == 'message' else 'too many'} messages)" \
+        if asked == "auto" else ""
+    return f"level: {level}{chose}: {how}"
+
+
+def _add_level_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--level", choices=LEVELS, default="auto",
+                        help="message: simulate every message; collective: cost each "
+                             "collective from the topology (built-in ring collectives, "
+                             "size-only; seconds at 100,000 ranks); auto (default): the "
+                             f"collective level past {AUTO_MESSAGE_LIMIT:,} messages")
 
 
 def _check_runs(args: argparse.Namespace) -> None:

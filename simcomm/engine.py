@@ -69,6 +69,7 @@ from algorithms.protocol import (
 from algorithms import reference
 from simcomm.buffers import SizeOnly
 from simcomm.chrome_trace import write_chrome_trace
+from simcomm.collective_level import choose_level, run_collective_level
 from simcomm.results import Hop, LinkStats, SimResult, TraceEvent
 from simcomm.topology import WIRE_EFFICIENCY, Topology, check_ranks
 from simcomm.tuning import ModelTuner
@@ -760,7 +761,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
              *, record: bool = True, trace: str | os.PathLike[str] | IO[str] | None = None,
              eager_limit: int | None = None, max_ops: int | None = DEFAULT_MAX_OPS,
              max_time: float | None = None, jitter: Jitter | None = None,
-             tuner: Tuner | None = None, **params: Any) -> SimResult:
+             tuner: Tuner | None = None, level: str = "message", **params: Any) -> SimResult:
     """Run ``algorithm`` on every rank of ``topology`` and return results and costs.
 
     ``inputs`` holds one 1-D numpy array or ``SizeOnly`` buffer per rank; numpy inputs are
@@ -778,7 +779,24 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     ``tuner`` chooses how the collectives that ask (``algorithms.tuned.nccl_allreduce``) run
     (``Comm.tuner``); by default ``simcomm.tuning.ModelTuner(topology)``, this model's
     fastest choice.
+
+    ``level`` is ``message`` (every op simulated, as above), ``collective`` (the collective's
+    cost from the topology, ``simcomm.collective_level``: built-in collectives on size-only
+    buffers, no data, no trace, seconds even at 100,000 ranks) or ``auto`` (the collective
+    level where the message level would step through more than ``AUTO_MESSAGE_LIMIT``
+    messages); ``SimResult.level`` says which ran.
     """
+    level = choose_level(level, algorithm, topology.size,
+                         all(isinstance(buf, SizeOnly) for buf in inputs))
+    if level == "collective":
+        given = [name for name, value in (("trace", trace), ("eager_limit", eager_limit),
+                                          ("jitter", jitter), ("tuner", tuner))
+                 if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: message-level options, but level is "
+                             "collective")
+        check_ranks(topology, inputs)
+        return run_collective_level(algorithm, inputs, topology, **params)
     if trace is not None and not record:
         raise ValueError("trace= writes the op trace, so it needs record=True")
     if jitter is not None and not isinstance(jitter, Jitter):

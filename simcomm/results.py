@@ -63,6 +63,12 @@ class SimResult:
     hops: list[Hop] = field(default_factory=list, repr=False)
     # Rank 0's ``Launch`` ops in order: which algorithm, protocol and channels ran.
     launches: list[Launch] = field(default_factory=list)
+    # "message": every op simulated (``simcomm.engine``); "collective": the collective's
+    # cost from the topology (``simcomm.collective_level``), with no data and no trace.
+    level: str = "message"
+    # At the collective level, whether the times are the message level's exactly (no link
+    # shared by two messages) or a bound from above; None at the message level.
+    exact: bool | None = None
 
     def sends(self) -> list[TraceEvent]:
         """The trace's messages, in send order."""

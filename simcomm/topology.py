@@ -205,6 +205,9 @@ class Topology:
         # switch between them. Every node's best label comes over such a link, so the
         # restriction leaves the route as a search of the whole graph finds it.
         start, goal = self.ranks[src], self.ranks[dst]
+        short = self._route_of_two_links_at_most(start, goal)
+        if short is not None:
+            return short
         outgoing = self._links_on_shortest_paths(start, goal)
         if outgoing is None:
             raise ValueError(f"topology {self.name!r}: no route from rank {src} ({start}) "
@@ -224,6 +227,30 @@ class Topology:
                     bottleneck = -min(-neg_bw, link.bandwidth)
                     heapq.heappush(heap, (hops + 1, bottleneck, path + (i,), link.dst))
         raise AssertionError("unreachable: the goal ends every path of the fewest hops")
+
+    def _route_of_two_links_at_most(self, start: str, goal: str) -> tuple[int, ...] | None:
+        """The route if it has one or two links (most routes between GPUs), else None: what
+        the search below finds, from the links of the two ends alone."""
+        if start == goal:
+            return ()
+        outgoing, incoming = self._links_by_node()
+        links = self.links
+        direct = [(-links[i].bandwidth, i) for i in outgoing.get(start, ())
+                  if links[i].dst == goal]
+        if direct:
+            return (min(direct)[1],)
+        into: dict[str, tuple[float, int]] = {}  # middle node -> its best link from start
+        for i in outgoing.get(start, ()):
+            middle, label = links[i].dst, (-links[i].bandwidth, i)
+            if middle not in into or label < into[middle]:
+                into[middle] = label
+        best = None
+        for j in incoming.get(goal, ()):
+            first = into.get(links[j].src)
+            if first is not None:
+                candidate = (max(first[0], -links[j].bandwidth), (first[1], j))
+                best = candidate if best is None or candidate < best else best
+        return None if best is None else best[1]
 
     def _links_on_shortest_paths(self, start: str, goal: str) -> dict[str, list[int]] | None:
         """The links on some path of the fewest hops from ``start`` to ``goal``, by the node

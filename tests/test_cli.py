@@ -75,7 +75,7 @@ def test_example_command_csv_and_table(capsys: pytest.CaptureFixture[str]) -> No
     assert float(first[5]) == pytest.approx(2 * 7 * (5 + 1024 / 8 / 1e5), rel=1e-12)
     assert main(argv) == 0  # table by default
     lines = capsys.readouterr().out.splitlines()
-    assert lines[3].split()[1:] == ["size", "count", "type", "redop", "root", "time",
+    assert lines[4].split()[1:] == ["size", "count", "type", "redop", "root", "time",
                                     "algbw", "busbw", "#wrong"]
     assert lines[-4].split() == ["1073741824", "268435456", "float", "sum", "-1", "18860",
                                  "56.93", "99.63", "N/A"]

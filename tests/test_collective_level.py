@@ -1,0 +1,142 @@
+"""The collective level: the same times as the message level where no link is shared, a bound
+from above where links are, and which level ran."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from algorithms.collectives import (
+    all_gather, reduce_broadcast_allreduce, reduce_scatter, ring_allreduce,
+)
+from algorithms.ops import AVG, SUM
+from simcomm import Jitter, Link, SizeOnly, Topology, simulate
+from simcomm.collective_level import AUTO_MESSAGE_LIMIT, MODELS, collective_cost
+from simcomm.presets import make_preset
+from simcomm.testing import dtypes, lengths, topologies
+from simcomm.topology import ring
+
+RING_COLLECTIVES = [reduce_scatter, all_gather, ring_allreduce]
+# Presets of up to 64 ranks, each with the rank counts it takes.
+PRESETS = ["dgx-a100:gpus=2", "dgx-a100", "dgx-h100:gpus=5", "dgx-h100", "pcie-a100:gpus=4",
+           "pcie-a100", "cluster-h100:nodes=1", "cluster-h100:nodes=3", "cluster-h100:nodes=8",
+           "fattree-h100:nodes=4,nodes_per_leaf=2,oversubscription=3",
+           "fattree-h100:nodes=6,nodes_per_leaf=3"]
+
+
+def _both_levels(algorithm, topology, count, dtype, **params):
+    inputs = [SizeOnly(count, dtype)] * topology.size
+    message = simulate(algorithm, inputs, topology, record=False, **params)
+    collective = simulate(algorithm, inputs, topology, level="collective", **params)
+    return message, collective
+
+
+def _check_equal(message, collective) -> None:
+    assert collective.level == "collective" and collective.exact
+    assert collective.time == pytest.approx(message.time, rel=1e-9, abs=1e-18)
+    assert np.allclose(collective.finish_times, message.finish_times, rtol=1e-9, atol=1e-18)
+    assert collective.messages == message.messages
+    assert [s.bytes for s in collective.links] == [s.bytes for s in message.links]
+    assert np.allclose([s.busy_time for s in collective.links],
+                       [s.busy_time for s in message.links], rtol=1e-9, atol=1e-18)
+
+
+@st.composite
+def _cases(draw):
+    if draw(st.booleans()):
+        topology = make_preset(draw(st.sampled_from(PRESETS)))
+        if draw(st.booleans()):  # any latency on any link
+            topology = topology.with_latency_jitter(draw(st.integers(0, 2**16)), 2e-6)
+    else:
+        topology = draw(topologies(draw(st.integers(1, 64))))
+    algorithm = draw(st.sampled_from(RING_COLLECTIVES))
+    params = {} if algorithm is all_gather else {"op": draw(st.sampled_from([SUM, AVG]))}
+    count = draw(st.one_of(lengths(topology.size), st.sampled_from([2**20, 2**20 + 1])))
+    return topology, algorithm, count, draw(dtypes()), params
+
+
+@settings(max_examples=25)
+@given(_cases())
+def test_the_collective_level_equals_the_message_level_where_no_link_is_shared(case) -> None:
+    topology, algorithm, count, dtype, params = case
+    _check_equal(*_both_levels(algorithm, topology, count, dtype, **params))
+
+
+@pytest.mark.parametrize("count", [0, 5, 4096, 3 * 2**20 + 7])
+def test_large_rings_on_a_cluster_equal_the_message_level(count) -> None:
+    # 32 nodes: the steps settle to one common advance per step, and the rest are added
+    # without being stepped through.
+    _check_equal(*_both_levels(ring_allreduce, make_preset("cluster-h100:nodes=32"), count,
+                               np.float32, op=AVG))
+
+
+def test_a_ring_of_100000_ranks_takes_the_closed_form_time() -> None:
+    # On a ring of equal links every step costs alpha + chunk / B: 2(p-1) of them.
+    p, alpha, bandwidth, count = 100_000, 3e-6, 2e10, 25 * 100_000
+    result = simulate(ring_allreduce, [SizeOnly(count, np.float32)] * p,
+                      ring(p, bandwidth, alpha), level="collective")
+    assert result.exact
+    assert result.time == pytest.approx(2 * (p - 1) * (alpha + 100 / bandwidth), rel=1e-9)
+    assert result.messages == 2 * p * (p - 1)
+
+
+def _bus(p: int, hub_bandwidth: float) -> Topology:
+    # Every GPU reaches every other over one hub link a -> b, which all messages share.
+    gpus = [f"gpu{i}" for i in range(p)]
+    links = [link for g in gpus for link in (Link(g, "a", 1e10, 1e-6), Link("b", g, 1e10, 1e-6))]
+    return Topology("bus", (*gpus, "a", "b"), (*links, Link("a", "b", hub_bandwidth, 1e-6)),
+                    tuple(gpus), (1e11,) * p)
+
+
+@pytest.mark.parametrize("p", [2, 3, 7, 12])
+@pytest.mark.parametrize("hub_bandwidth", [1e9, 1e10, 1e11])
+@pytest.mark.parametrize("count", [1, 1000, 2**20])
+def test_where_messages_share_a_link_the_collective_level_is_a_bound_from_above(
+        p, hub_bandwidth, count) -> None:
+    message, collective = _both_levels(ring_allreduce, _bus(p, hub_bandwidth), count, np.float32)
+    assert collective.exact is False
+    assert message.time <= collective.time * (1 + 1e-9)
+    assert collective.time <= 6 * message.time  # docs/scale.md: at most 5.7x on these
+
+
+def test_auto_takes_the_message_level_while_it_is_cheap() -> None:
+    small = simulate(ring_allreduce, [SizeOnly(100)] * 8, ring(8, 1e10, 1e-6), level="auto")
+    assert small.level == "message" and small.exact is None and small.trace  # every op
+    p = 400  # 2 p (p - 1) messages: past the limit
+    assert 2 * p * (p - 1) > AUTO_MESSAGE_LIMIT
+    large = simulate(ring_allreduce, [SizeOnly(100)] * p, ring(p, 1e10, 1e-6), level="auto")
+    assert large.level == "collective"
+    numpy_data = [np.ones(4, np.float32)] * p  # real data: the message level, always
+    assert simulate(reduce_scatter, numpy_data, ring(p, 1e10, 1e-6), level="auto",
+                    record=False).level == "message"
+
+
+def test_the_collective_level_refuses_what_it_cannot_do() -> None:
+    topology = ring(4, 1e10, 1e-6)
+    sizes = [SizeOnly(16)] * 4
+    with pytest.raises(ValueError, match="no collective-level model of "
+                                         "'reduce_broadcast_allreduce'"):
+        simulate(reduce_broadcast_allreduce, sizes, topology, level="collective")
+    with pytest.raises(ValueError, match="moves no data"):
+        simulate(ring_allreduce, [np.ones(16)] * 4, topology, level="collective")
+    with pytest.raises(ValueError, match="one buffer length"):
+        simulate(ring_allreduce, [SizeOnly(16), SizeOnly(8)] * 2, topology, level="collective")
+    with pytest.raises(ValueError, match="jitter: message-level options"):
+        simulate(ring_allreduce, sizes, topology, level="collective", jitter=Jitter(1, 1e-6))
+    with pytest.raises(ValueError, match="level must be one of message, collective, auto"):
+        simulate(ring_allreduce, sizes, topology, level="fast")
+    with pytest.raises(TypeError):
+        simulate(ring_allreduce, sizes, topology, level="collective", chunks=2)
+    with pytest.raises(ValueError, match="got 3 inputs"):
+        simulate(ring_allreduce, sizes[:3], topology, level="collective")
+
+
+def test_every_model_belongs_to_an_algorithm_of_algorithms() -> None:
+    import algorithms.collectives
+    for algorithm in MODELS:
+        assert getattr(algorithms.collectives, algorithm.__name__) is algorithm
+    assert math.isclose(collective_cost(all_gather, 8, 4, ring(1, 1e9, 1e-6)).time, 0.0)
