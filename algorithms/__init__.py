@@ -21,14 +21,15 @@ from algorithms.nccl_tree import (
 from algorithms.nvls import nvls_allreduce, nvls_channels
 from algorithms.ops import (
     AVG, MAX, MIN, PROD, SUM, Alloc, Choice, Combine, Comm, Compute, Copy, Divide, Footprint,
-    Join, Launch, Multicast, Op, Protocol, Recv, RecvReduce, ReduceOp, Send, Spawn, Tuner, Wait,
+    Join, Launch, Multicast, Op, Protocol, Recv, RecvReduce, ReduceOp, Send, Sleep, Spawn, Tuner,
+    Wait,
 )
 from algorithms.tuned import nccl_all_gather, nccl_allreduce, nccl_reduce_scatter
 
 __all__ = [
     "AVG", "MAX", "MIN", "PROD", "SUM", "Alloc", "Choice", "Combine", "Comm", "Compute", "Copy",
     "Divide", "Footprint", "Join", "Launch", "Multicast", "Op", "Protocol", "Recv",
-    "RecvReduce", "ReduceOp", "Send",
+    "RecvReduce", "ReduceOp", "Send", "Sleep",
     "Spawn", "Tuner", "Wait", "all_gather", "all_to_all", "alltoall_allreduce", "binary_tree",
     "broadcast", "chunk_bounds", "double_binary_tree", "hierarchical_allreduce",
     "nccl_all_gather", "nccl_allreduce", "nccl_reduce_scatter", "nccl_ring_all_gather",

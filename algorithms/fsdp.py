@@ -53,7 +53,9 @@ def fsdp_step(comm: Comm, model: Model, shards: Sequence[Any], gathered: Sequenc
               forward_prefetch: bool = False, backward_prefetch: str | None = BACKWARD_PRE,
               limit_all_gathers: int = 2, reshard_after_forward: bool = True,
               forward_work: Sequence[Callable[[], object]] | None = None,
-              backward_work: Sequence[Callable[[], object]] | None = None) -> Schedule:
+              backward_work: Sequence[Callable[[], object]] | None = None,
+              all_gather_algorithm: Callable[..., Schedule] = all_gather,
+              reduce_scatter_algorithm: Callable[..., Schedule] = reduce_scatter) -> Schedule:
     """One FSDP training step on this rank.
 
     Unit i's buffers: ``shards[i]`` this rank's parameters (``padded_size / p`` elements);
@@ -64,14 +66,17 @@ def fsdp_step(comm: Comm, model: Model, shards: Sequence[Any], gathered: Sequenc
     ``forward_work[i]`` and ``backward_work[i]``, if given, are the unit's real forward and
     backward (``Compute.work``), which read ``gathered[i]`` and fill ``grads[i]``.
     ``limit_all_gathers`` caps the all-gathers issued and not yet used by compute,
-    prefetches included.
+    prefetches included. The collectives are ``all_gather_algorithm`` and
+    ``reduce_scatter_algorithm`` (the ring ones by default), called as ``all_gather`` and
+    ``reduce_scatter`` of ``algorithms.collectives`` are.
     """
     if backward_prefetch not in (BACKWARD_PRE, BACKWARD_POST, None):
         raise ValueError(f"backward_prefetch must be {BACKWARD_PRE!r}, {BACKWARD_POST!r} or "
                          f"None, got {backward_prefetch!r}")
     if limit_all_gathers < 1:
         raise ValueError(f"limit_all_gathers must be >= 1, got {limit_all_gathers}")
-    units = _Units(comm, model, shards, gathered, grads, shard_grads, limit_all_gathers)
+    units = _Units(comm, model, shards, gathered, grads, shard_grads, limit_all_gathers,
+                   all_gather_algorithm, reduce_scatter_algorithm)
     yield Footprint(units.sharded_bytes, "parameter shards")
     last = len(model.layers) - 1
     for i, layer in enumerate(model.layers):
@@ -106,8 +111,10 @@ class _Units:
 
     def __init__(self, comm: Comm, model: Model, shards: Sequence[Any],
                  gathered: Sequence[Any], grads: Sequence[Any], shard_grads: Sequence[Any],
-                 limit: int) -> None:
+                 limit: int, all_gather_algorithm: Callable[..., Schedule],
+                 reduce_scatter_algorithm: Callable[..., Schedule]) -> None:
         self.comm, self.model, self.limit = comm, model, limit
+        self.all_gather, self.reduce_scatter = all_gather_algorithm, reduce_scatter_algorithm
         self.shards, self.gathered, self.grads, self.shard_grads = (
             shards, gathered, grads, shard_grads)
         self.held: set[int] = set()  # units whose gathered parameters are allocated
@@ -138,7 +145,7 @@ class _Units:
     def _copy_in_and_gather(self, i: int) -> Schedule:
         mine = split_even(self.gathered[i], self.comm.size)[self.comm.rank]
         yield Copy(mine, self.shards[i])
-        yield from all_gather(self.comm, self.gathered[i])
+        yield from self.all_gather(self.comm, self.gathered[i])
 
     def wait(self, i: int) -> Schedule:
         task = self.in_flight.pop(i, None)
@@ -159,7 +166,7 @@ class _Units:
         self.last = yield Spawn(schedule, f"reduce-scatter {i}")
 
     def _scatter_and_copy_out(self, i: int) -> Schedule:
-        mine = yield from reduce_scatter(self.comm, self.grads[i], op=AVG)
+        mine = yield from self.reduce_scatter(self.comm, self.grads[i], op=AVG)
         yield Copy(self.shard_grads[i], mine)
         yield Footprint(self.shard_bytes(i) - self.full_bytes(i),
                         f"gradient shard {self.model.layers[i].name}")

@@ -193,6 +193,21 @@ class Compute:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Sleep:
+    """Hold this task for ``seconds``, occupying nothing (no stream, link or memory): a
+    whole collective timed as one event (the simulator's collective level), or a rank
+    slowed on purpose."""
+
+    seconds: float
+    label: str = "sleep"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.seconds, (int, float)) and not isinstance(self.seconds, bool)
+                and math.isfinite(self.seconds) and self.seconds >= 0):
+            raise ValueError(f"Sleep.seconds must be finite and >= 0, got {self.seconds!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Copy:
     """Copy ``src`` into ``dst`` on this rank (same length and dtype)."""
 
@@ -307,8 +322,8 @@ class Launch:
         return f"{self.algorithm or '?'}/{self.protocol.value.upper()}/{self.channels}"
 
 
-Op = (Send | Recv | Multicast | RecvReduce | Wait | Compute | Copy | Combine | Divide | Alloc
-      | Spawn | Join | Footprint | Launch)
+Op = (Send | Recv | Multicast | RecvReduce | Wait | Compute | Sleep | Copy | Combine | Divide
+      | Alloc | Spawn | Join | Footprint | Launch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from typing import Any
 
 from algorithms.ops import (
     Alloc, Combine, Compute, Copy, Divide, Footprint, Join, Launch, Multicast, Recv, RecvReduce,
+    Sleep,
     ReduceOp, Send, Spawn, Wait,
 )
 
@@ -127,7 +128,7 @@ class Interpreter(ABC):
     """What every transport does the same way: dispatching ops and enforcing their rules.
 
     A subclass implements one method per op that touches data, time or the wire (``send``,
-    ``recv``, ``wait``, ``compute``, ``copy``, ``combine``, ``divide``, ``alloc``),
+    ``recv``, ``wait``, ``compute``, ``sleep``, ``copy``, ``combine``, ``divide``, ``alloc``),
     ``new_task``, ``run_child_first`` (how a spawned task gets to run before its spawner)
     and ``resume`` (let a blocked task go on), and may override ``footprint`` and ``launch``
     (which cost nothing by default) and the hooks ``on_block``, ``on_finish`` and ``where``.
@@ -148,7 +149,7 @@ class Interpreter(ABC):
             RecvReduce: self.recv_reduce, Wait: self.wait, Compute: self.compute,
             Copy: self.copy, Combine: self.combine, Divide: self.divide, Alloc: self.alloc,
             Spawn: self.spawn, Join: self.join, Footprint: self.footprint,
-            Launch: self.launch,
+            Launch: self.launch, Sleep: self.sleep,
         }
 
     # -- what each transport supplies ---------------------------------------------------
@@ -186,6 +187,10 @@ class Interpreter(ABC):
     @abstractmethod
     def compute(self, task: Any, op: Compute) -> Any:
         """Occupy the rank's compute stream."""
+
+    @abstractmethod
+    def sleep(self, task: Any, op: Sleep) -> Any:
+        """Hold the task for ``op.seconds``."""
 
     @abstractmethod
     def copy(self, task: Any, op: Copy) -> Any:

@@ -71,7 +71,7 @@ import torch.profiler
 
 from algorithms.buffers import chunk_bounds
 from algorithms.ops import (
-    Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Tuner, Wait,
+    Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Sleep, Tuner, Wait,
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, Handle, Interpreter, MessageSizeError, ProtocolError, Task, overlaps,
@@ -624,6 +624,10 @@ class _Run(Interpreter):
         now = time.monotonic()
         self.compute_free = max(now, self.compute_free) + op.seconds
         heapq.heappush(self.sleeping, (self.compute_free, next(self.sequence), task))
+        return BLOCKED
+
+    def sleep(self, task: _Task, op: Sleep) -> Any:
+        heapq.heappush(self.sleeping, (time.monotonic() + op.seconds, next(self.sequence), task))
         return BLOCKED
 
     def copy(self, task: _Task, op: Copy) -> None:

@@ -47,7 +47,7 @@ from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
     SLOWEST_RANK, bench_level, bench_rows, is_builder, load_named_topology, traced_run,
 )
-from simcomm.collective_level import AUTO_MESSAGE_LIMIT, LEVELS
+from simcomm.collective_level import AUTO_MESSAGE_LIMIT, LEVELS, describe_level
 from simcomm.calibration import load_calibration
 from simcomm.crossover import crossovers, format_crossovers
 from simcomm.presets import describe, list_presets
@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.choices["ddp"].set_defaults(run=ddp)
     add_fsdp_parser(commands, _add_topology_arguments)
     commands.choices["fsdp"].set_defaults(run=fsdp)
+    for name in ("sweep", "ddp", "fsdp"):
+        _add_level_argument(commands.choices[name])
     _add_validate_parser(commands)
     _add_fit_parser(commands)
     _add_tune_parser(commands)
@@ -171,7 +173,7 @@ def bench(args: argparse.Namespace) -> int:
         config.check_world(topology.size)
     average = SLOWEST_RANK if args.average is None else args.average
     header = _bench_header(args, configs[0], topology)
-    header.append(_level_line(args.level, bench_level(configs[0], topology, args.level)))
+    header.append(describe_level(args.level, bench_level(configs[0], topology, args.level)))
     writer = RowWriter(sys.stdout, configs[0].format, header)
     writer.start()
     for config in configs:
@@ -183,21 +185,11 @@ def bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _level_line(asked: str, level: str) -> str:
-    """What level ran, for a header line."""
-    how = ("every message simulated" if level == "message" else
-           "costs from the topology, no message simulated (exact where no link is shared "
-           "by two messages, else a bound from above)")
-    chose = f" (--level auto: {'few' if level == 'message' else 'too many'} messages)" \
-        if asked == "auto" else ""
-    return f"level: {level}{chose}: {how}"
-
-
 def _add_level_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", choices=LEVELS, default="auto",
                         help="message: simulate every message; collective: cost each "
-                             "collective from the topology (built-in ring collectives, "
-                             "size-only; seconds at 100,000 ranks); auto (default): the "
+                             "collective from the topology (the ring collectives, "
+                             "size-only; a second at 100,000 ranks); auto (default): the "
                              f"collective level past {AUTO_MESSAGE_LIMIT:,} messages")
 
 
@@ -578,7 +570,7 @@ def _grid_from_args(args: argparse.Namespace) -> Grid:
         if args.latency is not None else DEFAULT_LATENCIES,
         dtype=args.dtype,
         reduce_bandwidth="inf" if args.reduce_bandwidth is None else args.reduce_bandwidth,
-        kind=args.kind)
+        kind=args.kind, level=args.level)
 
 
 def _sweep_sizes(args: argparse.Namespace) -> tuple[int, ...]:

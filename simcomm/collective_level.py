@@ -31,18 +31,19 @@ above, not exact. ``docs/scale.md`` measures both.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from algorithms.buffers import chunk_bounds
+from algorithms.buffers import chunk_bounds, split_even
 from algorithms.collectives import all_gather, reduce_scatter, ring_allreduce
-from algorithms.ops import AVG, SUM, ReduceOp
+from algorithms.ops import AVG, SUM, Comm, ReduceOp, Sleep
 from simcomm.buffers import SizeOnly
 from simcomm.results import LinkStats, SimResult
 from simcomm.topology import Topology
+from simcomm.units import format_bytes
 
 LEVELS = ("message", "collective", "auto")
 # ``auto`` runs the message level up to this many messages (a few seconds of simulation),
@@ -212,6 +213,11 @@ def _ring_allreduce_cost(topology: Topology, count: int, itemsize: int,
 class _Model(NamedTuple):
     cost: Callable[..., CollectiveCost]  # (topology, elements, bytes per element, **params)
     messages: Callable[[int], int]  # ranks -> messages the message level would simulate
+    result: Callable[[Comm, Any], Any] = lambda comm, buf: buf  # what a rank's call returns
+
+
+def _own_chunk(comm: Comm, buf: Any) -> Any:
+    return split_even(buf, comm.size)[comm.rank]
 
 
 def _ring_messages(phases: int) -> Callable[[int], int]:
@@ -219,7 +225,7 @@ def _ring_messages(phases: int) -> Callable[[int], int]:
 
 
 MODELS: dict[Callable[..., Any], _Model] = {
-    reduce_scatter: _Model(_reduce_scatter_cost, _ring_messages(1)),
+    reduce_scatter: _Model(_reduce_scatter_cost, _ring_messages(1), _own_chunk),
     all_gather: _Model(_all_gather_cost, _ring_messages(1)),
     ring_allreduce: _Model(_ring_allreduce_cost, _ring_messages(2)),
 }
@@ -248,22 +254,32 @@ def _model(algorithm: Callable[..., Any]) -> _Model:
 
 
 def choose_level(level: str, algorithm: Callable[..., Any], ranks: int,
-                 size_only: bool = True) -> str:
+                 size_only: bool = True, calls: int = 1) -> str:
     """The level a run at ``level`` takes: ``message`` or ``collective`` as asked; for
     ``auto`` the collective level where there is a model, the buffers are size-only and
-    the message level would step through more than ``AUTO_MESSAGE_LIMIT`` messages, else
-    the message level."""
+    the message level would step through more than ``AUTO_MESSAGE_LIMIT`` messages in
+    ``calls`` calls of the algorithm, else the message level."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
     if level == "auto":
         model = MODELS.get(algorithm)
         return ("collective" if size_only and model is not None
-                and model.messages(ranks) > AUTO_MESSAGE_LIMIT else "message")
+                and calls * model.messages(ranks) > AUTO_MESSAGE_LIMIT else "message")
     if level == "collective":
         _model(algorithm)
         if not size_only:
             raise ValueError(_NO_DATA)
     return level
+
+
+def describe_level(asked: str, level: str) -> str:
+    """What level ran (``level``, when ``asked`` for), in words, for reports."""
+    how = ("every message simulated" if level == "message" else
+           "each collective costed from the topology, no message simulated (docs/scale.md: "
+           "where this is exact)")
+    chose = (f" (auto: {'few' if level == 'message' else 'too many'} messages)"
+             if asked == "auto" else "")
+    return f"level: {level}{chose}: {how}"
 
 
 def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
@@ -283,3 +299,29 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
              for i, link in enumerate(topology.links)]
     return SimResult([None] * topology.size, cost.time, cost.finish_times.tolist(), links, [],
                      cost.messages, level="collective", exact=cost.exact)
+
+
+class TimedCollective:
+    """``algorithm`` as one timed event, for a training step run at the collective level on
+    one rank that stands for all (``simcomm.training``): called as the algorithm is, it
+    sleeps (``Sleep``) for the collective's cost on ``topology`` and returns what the
+    algorithm returns (size-only). ``costs`` lists every call's cost, in order."""
+
+    def __init__(self, algorithm: Callable[..., Any], topology: Topology, **params: Any
+                 ) -> None:
+        self.model = _model(algorithm)
+        self.algorithm, self.topology, self.params = algorithm, topology, params
+        self.costs: list[CollectiveCost] = []
+        self._known: dict[tuple[Any, ...], CollectiveCost] = {}
+        self.__name__ = algorithm.__name__
+
+    def __call__(self, comm: Comm, buf: Any, **params: Any) -> Generator[Any, Any, Any]:
+        params = {**self.params, **params}
+        key = (len(buf), buf.dtype, tuple(sorted(params.items(), key=lambda item: item[0])))
+        cost = self._known.get(key)
+        if cost is None:
+            cost = self._known[key] = self.model.cost(self.topology, len(buf),
+                                                      buf.dtype.itemsize, **params)
+        self.costs.append(cost)
+        yield Sleep(cost.time, f"{self.__name__} {format_bytes(buf.nbytes)}")
+        return self.model.result(comm, buf)

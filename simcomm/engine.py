@@ -60,7 +60,7 @@ import simpy
 
 from algorithms.ops import (
     Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Launch, Multicast, Protocol, Recv,
-    RecvReduce, ReduceOp, Send, Tuner, Wait,
+    RecvReduce, ReduceOp, Send, Sleep, Tuner, Wait,
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
@@ -645,6 +645,14 @@ class _Simulation(Interpreter):
             self.trace.append(TraceEvent("compute", rank, task.channel,
                                          start / TICKS_PER_SECOND, end / TICKS_PER_SECOND,
                                          label=op.label))
+        return self._sleep_until(task, end)
+
+    def sleep(self, task: _Task, op: Sleep) -> Any:
+        end = self.env.now + _ticks(op.seconds)
+        if self.record:
+            self.trace.append(TraceEvent("sleep", task.rank, task.channel,
+                                         self.env.now / TICKS_PER_SECOND,
+                                         end / TICKS_PER_SECOND, label=op.label))
         return self._sleep_until(task, end)
 
     def copy(self, task: _Task, op: Copy) -> Any:

@@ -13,7 +13,8 @@ from simcomm.topology import Link
 class TraceEvent(NamedTuple):
     """One span of the op trace. ``kind`` is ``send`` (``rank`` -> ``peer``, issue to
     arrival), ``recv`` (posting to completion), ``reduce``, ``copy``, ``divide``,
-    ``compute``, ``launch`` (a collective's start, ``Launch``), ``task`` (a spawned task,
+    ``compute``, ``sleep`` (``Sleep``: at the collective level, a whole collective),
+    ``launch`` (a collective's start, ``Launch``), ``task`` (a spawned task,
     from its ``Spawn`` to its end; labelled with its generator's name) or ``footprint`` (an
     instant: ``nbytes`` more memory held, or fewer if negative, from ``start`` on).
     ``message`` numbers the message a send, receive or reduction belongs to (in send order,

@@ -75,6 +75,7 @@ class Point:
     dtype: str = "float"
     reduce_bandwidth: str = "inf"
     kind: str | None = None  # what a module:function algorithm implements
+    level: str = "message"  # as simulate's
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Grid:
     dtype: str = "float"
     reduce_bandwidth: str = "inf"
     kind: str | None = None  # what the module:function algorithms implement (allreduce)
+    level: str = "message"  # every point's, as simulate's
 
     def points(self) -> list[Point]:
         """Check every axis (raising ``ValueError`` naming the bad value) and list the
@@ -108,7 +110,8 @@ class Grid:
                 for spec, config in configs.items():
                     config.check_world(ranks)
                     points += [Point(spec, topology, ranks, bandwidth, latency, size,
-                                     self.dtype, self.reduce_bandwidth, self._kind(spec))
+                                     self.dtype, self.reduce_bandwidth, self._kind(spec),
+                                     self.level)
                                for size in self.sizes]
         return points
 
@@ -138,7 +141,7 @@ def run_point(point: Point) -> SweepRow:
     config = algorithm_config(point.algorithm, (point.size,), point.dtype, point.kind)
     topology = build_topology(point.topology, point.ranks, point.bandwidth, point.latency,
                               point.reduce_bandwidth)
-    row = bench_size(config, topology, point.size)
+    row = bench_size(config, topology, point.size, level=point.level)
     return SweepRow(point.algorithm, point.topology, topology.size, point.bandwidth,
                     point.latency, *(getattr(row, column) for column in CSV_HEADER.split(",")))
 

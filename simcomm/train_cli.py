@@ -26,6 +26,7 @@ from algorithms.harness.catalog import COLLECTIVES
 from algorithms.harness.cli import output_file
 from algorithms.harness.model_presets import DEFAULT_THROUGHPUT, PRESET_MODELS, preset_model
 from algorithms.models import Model
+from simcomm.collective_level import describe_level
 from simcomm.topology import Topology
 from simcomm.training import (
     FSDPReport, StepReport, bucket_sweep, no_sharding_memory, sent_bytes, simulate_ddp,
@@ -98,13 +99,14 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
         raise ValueError(f"--allreduce {args.allreduce!r}: choose one of {', '.join(ALLREDUCES)}")
     collective = COLLECTIVES[args.allreduce]
     options = {"first_bucket_cap": parse_bytes(args.first_bucket_cap),
-               "allreduce": collective.function,
+               "allreduce": collective.function, "level": args.level,
                **params_from_items(collective, args.param)}
     if args.plot and not args.sweep_buckets:
         raise ValueError("--plot draws the bucket sweep: give --sweep-buckets too")
     model = _model_from_args(args)
     report = simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
                           overlap=not args.no_overlap, trace=args.trace, **options)
+    print(f"# {describe_level(args.level, report.result.level)}")
     print(report.format())
     if args.compare:
         others = [simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
@@ -185,8 +187,10 @@ def run_fsdp(args: argparse.Namespace, topology: Topology) -> int:
                "backward_prefetch": None if args.backward_prefetch == "none"
                else args.backward_prefetch,
                "limit_all_gathers": args.limit_all_gathers,
-               "reshard_after_forward": not args.no_reshard_after_forward}
+               "reshard_after_forward": not args.no_reshard_after_forward,
+               "level": args.level}
     report = simulate_fsdp(model, topology, trace=args.trace, **options)
+    print(f"# {describe_level(args.level, report.result.level)}")
     print(report.format())
     print(f"  (without sharding: {no_sharding_memory(model) / 2**20:.1f} MiB)")
     if args.compare:
@@ -197,10 +201,11 @@ def run_fsdp(args: argparse.Namespace, topology: Topology) -> int:
             "fsdp, no prefetch": {"backward_prefetch": None},
             "fsdp, no reshard": {"reshard_after_forward": False},
         }
-        reports = {name: simulate_fsdp(model, topology, **kwargs)
+        reports = {name: simulate_fsdp(model, topology, level=args.level, **kwargs)
                    for name, kwargs in variants.items()}
         print()
-        print(format_fsdp_comparison(reports, simulate_ddp(model, topology), model))
+        print(format_fsdp_comparison(reports, simulate_ddp(model, topology, level=args.level),
+                                     model))
     if args.memory_plot:
         from simcomm.plots import memory_figure, save_png  # needs matplotlib
 

@@ -25,14 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.collectives import Schedule, ring_allreduce
+from algorithms.collectives import Schedule, all_gather, reduce_scatter, ring_allreduce
 from algorithms.ddp import (
     DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP, assign_buckets, bucket_channel, ddp_step, dp_step,
     gradient_order,
 )
 from algorithms.fsdp import BACKWARD_PRE, fsdp_channels, fsdp_step, padded_size
 from algorithms.models import Model
+from algorithms.ops import Comm
 from simcomm.buffers import SizeOnly
+from simcomm.collective_level import TimedCollective, choose_level
 from simcomm.engine import simulate
 from simcomm.results import SimResult
 from simcomm.summary import covered_time
@@ -111,16 +113,26 @@ def model_buckets(model: Model, bucket_cap: int = DEFAULT_BUCKET_CAP,
 def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_BUCKET_CAP,
                  first_bucket_cap: int = FIRST_BUCKET_CAP,
                  allreduce: Callable[..., Schedule] = ring_allreduce, overlap: bool = True,
-                 trace: Any = None, **allreduce_params: Any) -> StepReport:
-    """Simulate one DDP step of ``model`` on every rank of ``topology``."""
+                 trace: Any = None, level: str = "message", **allreduce_params: Any
+                 ) -> StepReport:
+    """Simulate one DDP step of ``model`` on every rank of ``topology``; at ``level``
+    ``collective`` (or ``auto``, see ``simulate``) each all-reduce is one timed event on a
+    rank that stands for all (``run_at_collective_level``)."""
     buckets = model_buckets(model, bucket_cap, first_bucket_cap)
     order = gradient_order(model)
     dtype = _grad_dtype(model)
     grads = [SizeOnly(sum(model.layers[li].params[ti] for li, ti in (order[i] for i in members)),
                       dtype) for members in buckets]
-    result = simulate(_ddp_rank, [SizeOnly(0, dtype)] * topology.size, topology, trace=trace,
-                      model=model, grads=grads, buckets=buckets, allreduce=allreduce,
-                      overlap=overlap, allreduce_params=allreduce_params)
+    if choose_level(level, allreduce, topology.size, calls=len(buckets)) == "collective":
+        timed = TimedCollective(allreduce, topology, **allreduce_params)
+        result = run_at_collective_level(_ddp_rank, topology, [timed], trace=trace, model=model,
+                                         grads=grads, buckets=buckets, allreduce=timed,
+                                         overlap=overlap, allreduce_params={})
+    else:
+        result = simulate(_ddp_rank, [SizeOnly(0, dtype)] * topology.size, topology,
+                          trace=trace, model=model, grads=grads, buckets=buckets,
+                          allreduce=allreduce, overlap=overlap,
+                          allreduce_params=allreduce_params)
     rank = int(np.argmax(result.finish_times))
     compute = _compute_time(result, rank)
     running = _running_spans(result, rank, [bucket_channel(b) for b in range(len(buckets))])
@@ -170,6 +182,30 @@ def bucket_sweep(model: Model, topology: Topology, caps: Sequence[int], **kwargs
                  ) -> list[StepReport]:
     """``simulate_ddp`` once per bucket cap; the first bucket's cap stays as given."""
     return [simulate_ddp(model, topology, bucket_cap=cap, **kwargs) for cap in caps]
+
+
+def run_at_collective_level(schedule: Callable[..., Schedule], topology: Topology,
+                            collectives: Sequence[TimedCollective], trace: Any = None,
+                            **params: Any) -> SimResult:
+    """Run ``schedule`` (called as a per-rank algorithm, with ``params``) on one rank that
+    stands for every rank of ``topology``: its ``Comm`` says rank 0 of all of them, and its
+    collectives are ``collectives``, each call one timed event. Compute, the comm stream's
+    order and its overlap with compute run on the event engine as at the message level;
+    the ranks are taken to keep in step, so a collective starts on all at once and ends
+    when its last rank is done. The result has the one rank's trace, level
+    ``collective``, and the messages the collectives would have sent."""
+    stand_in = Comm(0, topology.size, topology.local_size)
+    node = topology.ranks[0]
+    one_rank = Topology(f"{topology.name} (one rank for all)", (node,), (), (node,),
+                        (topology.reduce_bandwidth[0],), launch_latency=topology.launch_latency)
+
+    def representative(_comm: Comm, buf: Any, **kwargs: Any) -> Schedule:
+        return schedule(stand_in, buf, **kwargs)
+
+    result = simulate(representative, [SizeOnly(0)], one_rank, trace=trace, **params)
+    result.level, result.exact = "collective", False
+    result.messages = sum(cost.messages for timed in collectives for cost in timed.costs)
+    return result
 
 
 def _report(schedule: str, model: Model, topology: Topology, result: SimResult,
@@ -259,8 +295,11 @@ def no_sharding_memory(model: Model) -> int:
 
 def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = False,
                   backward_prefetch: str | None = BACKWARD_PRE, limit_all_gathers: int = 2,
-                  reshard_after_forward: bool = True, trace: Any = None) -> FSDPReport:
-    """Simulate one FSDP step of ``model`` (one unit per layer) on ``topology``."""
+                  reshard_after_forward: bool = True, trace: Any = None,
+                  level: str = "message") -> FSDPReport:
+    """Simulate one FSDP step of ``model`` (one unit per layer) on ``topology``; at
+    ``level`` ``collective`` (or ``auto``) each all-gather and reduce-scatter is one timed
+    event (``run_at_collective_level``)."""
     p = topology.size
     dtype = _grad_dtype(model)
     flat = [SizeOnly(padded_size(layer.param_count, p), dtype) for layer in model.layers]
@@ -268,24 +307,38 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
     options = {"forward_prefetch": forward_prefetch, "backward_prefetch": backward_prefetch,
                "limit_all_gathers": limit_all_gathers,
                "reshard_after_forward": reshard_after_forward}
-    result = simulate(_fsdp_rank, [SizeOnly(0, dtype)] * p, topology, trace=trace,
-                      model=model, flat=flat, shards=shards, options=options)
+    calls = 3 * len(model.layers)  # gathers for forward and backward, and a scatter
+    if choose_level(level, all_gather, p, calls=calls) == "collective":
+        collectives = [TimedCollective(all_gather, topology),
+                       TimedCollective(reduce_scatter, topology)]
+        result = run_at_collective_level(
+            _fsdp_rank, topology, collectives, trace=trace, model=model, flat=flat,
+            shards=shards, options=options, all_gather_algorithm=collectives[0],
+            reduce_scatter_algorithm=collectives[1])
+        sent = int(sum(cost.sent_bytes[0] for timed in collectives for cost in timed.costs))
+    else:
+        result = simulate(_fsdp_rank, [SizeOnly(0, dtype)] * p, topology, trace=trace,
+                          model=model, flat=flat, shards=shards, options=options)
+        sent = sent_bytes(result, int(np.argmax(result.finish_times)))
     rank = int(np.argmax(result.finish_times))
     compute = _compute_time(result, rank)
     comm = covered_time(_running_spans(result, rank, fsdp_channels(len(model.layers))).values())
     exposed = max(0.0, result.time - compute)
-    memories = [_memory_over_time(result, r) for r in range(p)]
+    memories = [_memory_over_time(result, r) for r in range(len(result.finish_times))]
     peaks = [max((b for _, b in m), default=0) for m in memories]
     top = int(np.argmax(peaks))
     return FSDPReport(model.name, p, options, float(result.time), compute, comm, exposed,
-                      _overlap(exposed, comm), sent_bytes(result, rank), peaks[top],
-                      tuple(memories[top]), result)
+                      _overlap(exposed, comm), sent, peaks[top], tuple(memories[top]), result)
 
 
 def _fsdp_rank(comm: Any, _unused: Any, model: Model, flat: list[SizeOnly],
-               shards: list[SizeOnly], options: dict[str, Any]) -> Schedule:
+               shards: list[SizeOnly], options: dict[str, Any],
+               all_gather_algorithm: Callable[..., Schedule] = all_gather,
+               reduce_scatter_algorithm: Callable[..., Schedule] = reduce_scatter) -> Schedule:
     # Size-only buffers are immutable: one list serves as parameters and gradients alike.
-    return fsdp_step(comm, model, shards, flat, flat, shards, **options)
+    return fsdp_step(comm, model, shards, flat, flat, shards, **options,
+                     all_gather_algorithm=all_gather_algorithm,
+                     reduce_scatter_algorithm=reduce_scatter_algorithm)
 
 
 def _memory_over_time(result: SimResult, rank: int) -> list[tuple[float, int]]:

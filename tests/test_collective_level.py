@@ -140,3 +140,77 @@ def test_every_model_belongs_to_an_algorithm_of_algorithms() -> None:
     for algorithm in MODELS:
         assert getattr(algorithms.collectives, algorithm.__name__) is algorithm
     assert math.isclose(collective_cost(all_gather, 8, 4, ring(1, 1e9, 1e-6)).time, 0.0)
+
+
+# -- training steps: each collective one timed event on a rank that stands for all -------
+
+@pytest.mark.parametrize("model_name, spec", [("resnet50", "cluster-h100:nodes=2"),
+                                              ("gpt2-small", "dgx-h100")])
+def test_a_ddp_step_at_the_collective_level_equals_the_message_level(model_name, spec) -> None:
+    from algorithms.harness.model_presets import preset_model
+    from simcomm.training import simulate_ddp
+    model, topology = preset_model(model_name), make_preset(spec)
+    message = simulate_ddp(model, topology)
+    collective = simulate_ddp(model, topology, level="collective")
+    assert collective.result.level == "collective"
+    assert collective.result.messages == message.result.messages
+    for field in ("step", "compute", "comm", "exposed", "overlap"):
+        assert getattr(collective, field) == pytest.approx(getattr(message, field), rel=1e-9)
+    for ours, theirs in zip(collective.buckets, message.buckets, strict=True):
+        assert (ours.index, ours.bytes) == (theirs.index, theirs.bytes)
+        assert [ours.ready, ours.start, ours.end] == pytest.approx(
+            [theirs.ready, theirs.start, theirs.end], rel=1e-9)
+
+
+def test_an_fsdp_step_at_the_collective_level_is_within_a_thousandth() -> None:
+    # The ranks of a ring finish a collective a little apart, and the next one starts on
+    # each when its own part is done: on one rank standing for all, they keep in step.
+    from algorithms.harness.model_presets import preset_model
+    from simcomm.training import simulate_fsdp
+    model, topology = preset_model("resnet50"), make_preset("cluster-h100:nodes=2")
+    message = simulate_fsdp(model, topology)
+    collective = simulate_fsdp(model, topology, level="collective")
+    assert collective.step == pytest.approx(message.step, rel=1e-3)
+    assert collective.comm == pytest.approx(message.comm, rel=1e-3)
+    assert collective.compute == pytest.approx(message.compute, rel=1e-12)
+    assert (collective.sent_bytes, collective.peak_memory) == (message.sent_bytes,
+                                                               message.peak_memory)
+    assert collective.result.messages == message.result.messages
+
+
+def test_a_ddp_step_on_16384_gpus_runs_at_the_collective_level() -> None:
+    from algorithms.harness.model_presets import preset_model
+    from simcomm.training import simulate_ddp
+    model = preset_model("llama-7b")
+    report = simulate_ddp(model, make_preset("cluster-h100:nodes=2048"), level="auto")
+    assert report.result.level == "collective" and report.ranks == 16384
+    assert len(report.buckets) == 291 and report.step > report.compute
+    # Each bucket's all-reduce starts when the one before it ends, or when it is ready.
+    for before, after in zip(report.buckets, report.buckets[1:]):
+        assert after.start == pytest.approx(max(before.end, after.ready), rel=1e-12)
+
+
+def test_the_commands_say_which_level_ran(capsys) -> None:
+    from simcomm.cli import main
+    assert main(["bench", "--algorithm", "ring_allreduce", "--topology", "ring", "--ranks",
+                 "1000", "--bandwidth", "10GB/s", "--latency", "1us", "--sizes", "1MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "# level: collective (auto: too many messages)" in out
+    assert main(["bench", "--algorithm", "ring_allreduce", "--topology", "ring", "--ranks",
+                 "4", "--bandwidth", "10GB/s", "--latency", "1us", "--sizes", "1MiB",
+                 "--level", "collective", "--format", "csv"]) == 0
+    collective = capsys.readouterr().out.splitlines()[-1].split(",")
+    assert main(["bench", "--algorithm", "ring_allreduce", "--topology", "ring", "--ranks",
+                 "4", "--bandwidth", "10GB/s", "--latency", "1us", "--sizes", "1MiB",
+                 "--level", "message", "--format", "csv"]) == 0
+    message = capsys.readouterr().out.splitlines()[-1].split(",")
+    assert collective[:5] == message[:5]
+    assert float(collective[5]) == pytest.approx(float(message[5]), rel=1e-12)
+    assert main(["ddp", "--model", "resnet50", "--topology", "cluster-h100:nodes=2",
+                 "--level", "collective"]) == 0
+    assert "# level: collective: each collective costed" in capsys.readouterr().out
+    assert main(["fsdp", "--model", "resnet50", "--topology", "dgx-h100"]) == 0
+    assert "# level: message (auto: few messages)" in capsys.readouterr().out
+    assert main(["bench", "--algorithm", "alltoall_allreduce", "--topology", "dgx-h100",
+                 "--level", "collective"]) == 2
+    assert "no collective-level model of 'alltoall_allreduce'" in capsys.readouterr().err

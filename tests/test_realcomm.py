@@ -28,7 +28,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from algorithms import (
-    AVG, SUM, Comm, Compute, Join, Recv, ReduceOp, Send, Spawn, Wait, chunk_bounds,
+    AVG, SUM, Comm, Compute, Join, Recv, ReduceOp, Send, Sleep, Spawn, Wait, chunk_bounds,
     nvls_channels, ring_allreduce, ring_channels, split_even, tree_channels,
 )
 from algorithms.harness.catalog import COLLECTIVES, Collective
@@ -395,6 +395,26 @@ def test_computes_share_the_compute_stream(pool: Pool) -> None:
     (replies,) = pool.run([case])
     _results(case, replies)
     assert time.monotonic() - begin >= 0.2
+
+
+def compute_beside_sleep(comm: Comm, x: Any) -> Any:
+    """A task sleeping beside a compute; returns the seconds both took together."""
+    def sleep() -> Any:
+        yield Sleep(0.3, "a slow rank")
+    begin = time.monotonic()
+    napping = yield Spawn(sleep(), channel=1)
+    yield Compute(0.3)
+    yield Join(napping)
+    x[0] = time.monotonic() - begin
+    return x
+
+
+def test_sleep_holds_its_task_and_no_stream(pool: Pool) -> None:
+    # Serialised on the compute stream they would take 0.6 s; side by side, 0.3 s.
+    case = Case(2, compute_beside_sleep, (np.zeros(1), np.zeros(1)))
+    (replies,) = pool.run([case])
+    ours, _ = _results(case, replies)
+    assert all(0.3 <= seconds[0] < 0.5 for seconds in ours)
 
 
 # -- misuse gets a clear error, on every rank -------------------------------------------
