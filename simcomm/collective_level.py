@@ -37,12 +37,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from algorithms.buffers import chunk_bounds, split_even
+from algorithms.buffers import split_even
 from algorithms.collectives import all_gather, reduce_scatter, ring_allreduce
-from algorithms.ops import AVG, SUM, Comm, ReduceOp, Sleep
+from algorithms.nccl import ring_slices
+from algorithms.nccl_tree import TREE_CHUNK_BYTES
+from algorithms.nvls import NVLS_CHANNELS, nvls_chunk_bytes, pipeline_chunks
+from algorithms.ops import AVG, SUM, Choice, Comm, Protocol, ReduceOp, Sleep
+from algorithms.tuned import (
+    ALLREDUCE_ALGORITHMS, AUTO, choose, nccl_all_gather, nccl_allreduce, nccl_reduce_scatter,
+)
 from simcomm.buffers import SizeOnly
 from simcomm.results import LinkStats, SimResult
 from simcomm.topology import Topology
+from simcomm.tuning import ModelTuner
 from simcomm.units import format_bytes
 
 LEVELS = ("message", "collective", "auto")
@@ -60,14 +67,15 @@ _NO_DATA = ("the collective level moves no data: give size-only buffers (SizeOnl
 class CollectiveCost:
     """A collective's cost at the collective level: when each rank finishes (seconds from a
     common start), how many messages it sends in all, the bytes each rank sends, each
-    link's bytes and busy seconds (indexed as ``Topology.links``), and whether the times
-    are the message level's exactly (``exact``) or a bound from above."""
+    link's bytes and busy seconds (indexed as ``Topology.links``; None where the model
+    does not follow the traffic), and whether the times are the message level's exactly
+    (``exact``) or not (a bound from above, or an estimate)."""
 
     finish_times: np.ndarray
     messages: int
-    sent_bytes: np.ndarray
-    link_bytes: np.ndarray
-    link_busy: np.ndarray
+    sent_bytes: np.ndarray | None
+    link_bytes: np.ndarray | None
+    link_busy: np.ndarray | None
     exact: bool
 
     @property
@@ -164,8 +172,9 @@ def _ring_phase(start: np.ndarray, hops: _Hops, chunk_bytes: np.ndarray, offset:
 
 
 def _chunk_bytes(count: int, itemsize: int, p: int) -> np.ndarray:
-    return np.array([(stop - start) * itemsize for start, stop in chunk_bounds(count, p)],
-                    dtype=float)
+    # chunk_bounds' split: the first count % p chunks one element longer.
+    base, extra = divmod(count, p)
+    return ((base + (np.arange(p) < extra)) * itemsize).astype(float)
 
 
 def _ring_collective(topology: Topology, count: int, itemsize: int, phases: list[str],
@@ -210,6 +219,79 @@ def _ring_allreduce_cost(topology: Topology, count: int, itemsize: int,
     return _ring_collective(topology, count, itemsize, ["reduce-scatter", "all-gather"], op)
 
 
+def _parts(count: int, parts: int) -> list[int]:
+    """Lengths of ``split_even``'s parts of ``count`` elements."""
+    base, extra = divmod(count, parts)
+    return [base + (i < extra) for i in range(parts)]
+
+
+def _tuned_cost(topology: Topology, collective: str, count: int, itemsize: int,
+                algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0,
+                algorithms: tuple[str, ...] = ("ring",)) -> CollectiveCost:
+    """The cost of an NCCL-class collective of ``algorithms.tuned``: its choice made as the
+    algorithm makes it (``choose``, with the model's tuner), and its time the tuner's
+    estimate of that choice (``simcomm.tuning.ModelTuner.estimate``), which keeps within
+    10% of the message level for rings and 45% for trees (``tests/test_tuning.py``): not
+    exact, and no link traffic."""
+    p, nbytes = topology.size, count * itemsize
+    tuner = ModelTuner(topology)
+    comm = Comm(0, p, topology.local_size, tuner)
+    choice = choose(comm, collective, nbytes, algorithm, protocol, channels, algorithms)
+    if choice.algorithm == "nvls":
+        choice = Choice("nvls", Protocol.SIMPLE, choice.channels or NVLS_CHANNELS)
+    elif not choice.channels:
+        choice = Choice(choice.algorithm, choice.protocol, comm.ranks_per_node)
+    if count == 0:  # NCCL drops an empty collective before it launches
+        return CollectiveCost(np.zeros(p), 0, None, None, None, False)
+    seconds = tuner.estimate(collective, choice, nbytes)
+    messages = _tuned_messages(collective, choice, count, itemsize, comm)
+    return CollectiveCost(np.full(p, seconds), messages, None, None, None, False)
+
+
+def _nccl_allreduce_cost(topology: Topology, count: int, itemsize: int, op: ReduceOp = SUM,
+                         algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0
+                         ) -> CollectiveCost:
+    return _tuned_cost(topology, "allreduce", count, itemsize, algorithm, protocol, channels,
+                       ALLREDUCE_ALGORITHMS)
+
+
+def _nccl_reduce_scatter_cost(topology: Topology, count: int, itemsize: int,
+                              op: ReduceOp = SUM, protocol: str = AUTO, channels: int = 0
+                              ) -> CollectiveCost:
+    return _tuned_cost(topology, "reducescatter", count, itemsize, AUTO, protocol, channels)
+
+
+def _nccl_all_gather_cost(topology: Topology, count: int, itemsize: int, protocol: str = AUTO,
+                          channels: int = 0) -> CollectiveCost:
+    return _tuned_cost(topology, "allgather", count, itemsize, AUTO, protocol, channels)
+
+
+def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, comm: Comm
+                    ) -> int:
+    """The messages the message level sends for ``choice``, as the algorithms cut the
+    buffer: per channel, a ring's p hops per step in slices, a tree's p - 1 edges up and
+    down per chunk, NVLS's p (p - 1) sends into and out of the switch per chunk."""
+    p = comm.size
+    if p == 1:
+        return 0
+    parts = _parts(count, choice.channels)
+    if choice.algorithm == "nvls":
+        chunk = nvls_chunk_bytes(count * itemsize, choice.channels, p)
+        return sum(2 * p * (p - 1) * min(pipeline_chunks(part * itemsize / p, chunk),
+                                         part // p or 1) for part in parts)
+    if choice.algorithm == "tree":
+        return sum(2 * (p - 1) * max(1, math.ceil(part * itemsize / TREE_CHUNK_BYTES))
+                   for part in parts)
+    if collective == "allreduce":
+        return sum(2 * p * (p - 1) * ring_slices(_parts(part, p)[0] * itemsize)
+                   for part in parts)
+    # A reduce-scatter's or all-gather's ring c moves part c of every rank's chunk; its
+    # slices follow the chunk of the rank at its first position (rail_ring).
+    first = [_parts(length, choice.channels) for length in _parts(count, p)]
+    return sum(p * (p - 1) * ring_slices(first[c % comm.ranks_per_node][c] * itemsize)
+               for c in range(choice.channels))
+
+
 class _Model(NamedTuple):
     cost: Callable[..., CollectiveCost]  # (topology, elements, bytes per element, **params)
     messages: Callable[[int], int]  # ranks -> messages the message level would simulate
@@ -228,6 +310,10 @@ MODELS: dict[Callable[..., Any], _Model] = {
     reduce_scatter: _Model(_reduce_scatter_cost, _ring_messages(1), _own_chunk),
     all_gather: _Model(_all_gather_cost, _ring_messages(1)),
     ring_allreduce: _Model(_ring_allreduce_cost, _ring_messages(2)),
+    # At least one ring's messages: enough for auto to choose.
+    nccl_allreduce: _Model(_nccl_allreduce_cost, _ring_messages(2)),
+    nccl_reduce_scatter: _Model(_nccl_reduce_scatter_cost, _ring_messages(1), _own_chunk),
+    nccl_all_gather: _Model(_nccl_all_gather_cost, _ring_messages(1)),
 }
 
 
@@ -237,7 +323,7 @@ def has_model(algorithm: Callable[..., Any]) -> bool:
 
 
 def collective_cost(algorithm: Callable[..., Any], count: int, itemsize: int,
-                    topology: Topology, **params: Any) -> CollectiveCost:
+                    topology: Topology, /, **params: Any) -> CollectiveCost:
     """The cost of ``algorithm`` on ``topology`` with ``count`` elements of ``itemsize``
     bytes per rank, all ranks starting together; ``params`` go to the algorithm."""
     return _model(algorithm).cost(topology, count, itemsize, **params)
@@ -283,7 +369,7 @@ def describe_level(asked: str, level: str) -> str:
 
 
 def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
-                         topology: Topology, **params: Any) -> SimResult:
+                         topology: Topology, /, **params: Any) -> SimResult:
     """``simulate``'s result at the collective level: times and link traffic from
     ``collective_cost``, no data (``results`` are None) and no op trace."""
     model = _model(algorithm)
@@ -295,8 +381,9 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
                          f"rank, got {len(shapes)} different ones")
     (count, dtype), = shapes
     cost = model.cost(topology, count, dtype.itemsize, **params)
-    links = [LinkStats(link, int(cost.link_bytes[i]), float(cost.link_busy[i]))
-             for i, link in enumerate(topology.links)]
+    links = [] if cost.link_bytes is None or cost.link_busy is None else [
+        LinkStats(link, int(cost.link_bytes[i]), float(cost.link_busy[i]))
+        for i, link in enumerate(topology.links)]
     return SimResult([None] * topology.size, cost.time, cost.finish_times.tolist(), links, [],
                      cost.messages, level="collective", exact=cost.exact)
 
@@ -307,7 +394,7 @@ class TimedCollective:
     sleeps (``Sleep``) for the collective's cost on ``topology`` and returns what the
     algorithm returns (size-only). ``costs`` lists every call's cost, in order."""
 
-    def __init__(self, algorithm: Callable[..., Any], topology: Topology, **params: Any
+    def __init__(self, algorithm: Callable[..., Any], topology: Topology, /, **params: Any
                  ) -> None:
         self.model = _model(algorithm)
         self.algorithm, self.topology, self.params = algorithm, topology, params

@@ -28,10 +28,10 @@ PRESETS = ["dgx-a100:gpus=2", "dgx-a100", "dgx-h100:gpus=5", "dgx-h100", "pcie-a
            "fattree-h100:nodes=6,nodes_per_leaf=3"]
 
 
-def _both_levels(algorithm, topology, count, dtype, **params):
+def _both_levels(function, topology, count, dtype, /, **params):
     inputs = [SizeOnly(count, dtype)] * topology.size
-    message = simulate(algorithm, inputs, topology, record=False, **params)
-    collective = simulate(algorithm, inputs, topology, level="collective", **params)
+    message = simulate(function, inputs, topology, record=False, **params)
+    collective = simulate(function, inputs, topology, level="collective", **params)
     return message, collective
 
 
@@ -136,9 +136,9 @@ def test_the_collective_level_refuses_what_it_cannot_do() -> None:
 
 
 def test_every_model_belongs_to_an_algorithm_of_algorithms() -> None:
-    import algorithms.collectives
+    import algorithms
     for algorithm in MODELS:
-        assert getattr(algorithms.collectives, algorithm.__name__) is algorithm
+        assert getattr(algorithms, algorithm.__name__) is algorithm
     assert math.isclose(collective_cost(all_gather, 8, 4, ring(1, 1e9, 1e-6)).time, 0.0)
 
 
@@ -214,3 +214,21 @@ def test_the_commands_say_which_level_ran(capsys) -> None:
     assert main(["bench", "--algorithm", "alltoall_allreduce", "--topology", "dgx-h100",
                  "--level", "collective"]) == 2
     assert "no collective-level model of 'alltoall_allreduce'" in capsys.readouterr().err
+
+
+# -- NCCL-class collectives: the tuner's estimate of the choice the algorithm makes -----
+
+@pytest.mark.parametrize("spec", ["dgx-h100", "cluster-h100:nodes=2"])
+@pytest.mark.parametrize("algorithm, params, tolerance", [
+    ("nccl_allreduce", {}, 0.45), ("nccl_allreduce", {"algorithm": "ring"}, 0.10),
+    ("nccl_allreduce", {"algorithm": "ring", "protocol": "ll128", "channels": 3}, 0.10),
+    ("nccl_reduce_scatter", {"op": AVG}, 0.10), ("nccl_all_gather", {}, 0.10)])
+def test_nccl_class_collectives_are_estimated_near_the_message_level(
+        spec, algorithm, params, tolerance) -> None:
+    import algorithms.tuned
+    function, topology = getattr(algorithms.tuned, algorithm), make_preset(spec)
+    for count in (0, 1000, 2**18, 2**22 + 3):
+        message, collective = _both_levels(function, topology, count, np.float32, **params)
+        assert collective.exact is False and collective.links == []
+        assert collective.messages == message.messages
+        assert collective.time == pytest.approx(message.time, rel=tolerance, abs=1e-12)
