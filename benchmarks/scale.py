@@ -8,7 +8,7 @@ time. Cases: a ring all-reduce of 1 GiB per rank on a ring, a switch and a clust
 H100 nodes (64 to 131,072 ranks), and a DDP and an FSDP step of llama-7b on that cluster
 (64 to 16,384 GPUs).
 
-    python benchmarks/scale.py [--max-message-ranks 512] [--max-ranks 131072]
+    python benchmarks/scale.py [--max-message-ranks 512] [--max-ranks 131072] [--ranks LIST]
 
 Each case runs in a fresh process (so its peak resident memory is its own); the message
 level runs up to ``--max-message-ranks`` ranks (a 1,024-rank ring takes it about a
@@ -87,8 +87,9 @@ def run_case(case: Case) -> Outcome:
     return Outcome(built - started, done - built, messages, peak, simulated)
 
 
-def cases(max_message_ranks: int, max_ranks: int) -> list[Case]:
-    """Every case of the table, message level only up to ``max_message_ranks``."""
+def cases(max_message_ranks: int, max_ranks: int, only: set[int] | None = None) -> list[Case]:
+    """Every case of the table (of ``only`` these rank counts, if given), message level only
+    up to ``max_message_ranks``."""
     out = []
     for what, topology, sizes in (
             ("allreduce", "ring", [64, 256, 512, 1024, 4096, 16384, 131072]),
@@ -97,7 +98,7 @@ def cases(max_message_ranks: int, max_ranks: int) -> list[Case]:
             ("ddp", "cluster", [16, 64, 1024, 16384]),
             ("fsdp", "cluster", [16, 64, 1024, 16384])):
         for ranks in sizes:
-            if ranks > max_ranks:
+            if ranks > max_ranks or (only is not None and ranks not in only):
                 continue
             if ranks <= max_message_ranks or (what != "allreduce" and ranks <= 16):
                 out.append(Case(what, topology, ranks, "message"))
@@ -111,13 +112,15 @@ def main() -> int:
                         help="largest run at the message level (default 512)")
     parser.add_argument("--max-ranks", type=int, default=131072,
                         help="largest run at all (default 131072)")
+    parser.add_argument("--ranks", help="only these rank counts, e.g. 16384,131072")
     args = parser.parse_args()
     spawn = multiprocessing.get_context("spawn")
     print(f"{'case':<10} {'topology':<8} {'ranks':>7} {'level':<10} {'messages':>14} "
           f"{'wall s':>8} {'msgs/s':>11} {'peak MiB':>9} {'simulated s':>13} "
           f"{'speed-up':>9} {'diff':>9} {'build s':>8}")
     message_runs: dict[tuple[str, str, int], Outcome] = {}
-    for case in cases(args.max_message_ranks, args.max_ranks):
+    only = None if args.ranks is None else {int(text) for text in args.ranks.split(",")}
+    for case in cases(args.max_message_ranks, args.max_ranks, only):
         with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as worker:
             outcome = worker.submit(run_case, case).result()
         key = (case.what, case.topology, case.ranks)

@@ -132,7 +132,8 @@ def bench_rows(config: BenchConfig, topology: Topology, average: int = SLOWEST_R
 
 def bench_level(config: BenchConfig, topology: Topology, level: str) -> str:
     """The level (``message`` or ``collective``) ``config``'s runs take at ``level``."""
-    return choose_level(level, config.collective.function, topology.size, not config.check)
+    return choose_level(level, config.collective.function, topology.size, not config.check,
+                        params=config.algorithm_kwargs())
 
 
 def traced_run(config: BenchConfig, topology: Topology, size: int,

@@ -38,10 +38,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from algorithms.buffers import split_even
-from algorithms.collectives import all_gather, reduce_scatter, ring_allreduce
-from algorithms.nccl import ring_slices
-from algorithms.nccl_tree import TREE_CHUNK_BYTES
-from algorithms.nvls import NVLS_CHANNELS, nvls_chunk_bytes, pipeline_chunks
+from algorithms.collectives import (
+    all_gather, broadcast, reduce, reduce_broadcast_allreduce, reduce_scatter, ring_allreduce,
+)
+from algorithms.nccl import (
+    as_protocol, nccl_ring_all_gather, nccl_ring_allreduce, nccl_ring_reduce_scatter,
+    ring_slices,
+)
+from algorithms.nccl_tree import TREE_CHUNK_BYTES, nccl_tree_allreduce
+from algorithms.nvls import NVLS_CHANNELS, nvls_allreduce, nvls_chunk_bytes, pipeline_chunks
 from algorithms.ops import AVG, SUM, Choice, Comm, Protocol, ReduceOp, Sleep
 from algorithms.tuned import (
     ALLREDUCE_ALGORITHMS, AUTO, choose, nccl_all_gather, nccl_allreduce, nccl_reduce_scatter,
@@ -219,6 +224,188 @@ def _ring_allreduce_cost(topology: Topology, count: int, itemsize: int,
     return _ring_collective(topology, count, itemsize, ["reduce-scatter", "all-gather"], op)
 
 
+class _Traffic:
+    """Messages sent in batches (one message per row), each following the engine's rules
+    link by link (cut-through: a head enters a free link and goes on after its latency;
+    the link holds the message for its gap and bytes, ending no earlier than the tail comes
+    from upstream). Messages of one burst (one rank's sends posted together) queue behind
+    each other on the links they share, first sent first. Every message's time on every
+    link is kept: if two messages of different bursts ever hold one link at once, the
+    engine would have made one wait, and the times are not exact (``contended``)."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        links, p = topology.links, topology.size
+        # Indices: the links, then each rank's channel pipe, then a link that costs nothing.
+        self.sentinel = len(links) + p
+        self.latency = np.zeros(self.sentinel + 1)
+        self.gap = np.zeros(self.sentinel + 1)
+        self.per_byte = np.zeros(self.sentinel + 1)
+        self.pipes = math.isfinite(topology.injection_bandwidth)
+        if self.pipes:
+            self.per_byte[len(links):self.sentinel] = 1.0 / topology.injection_bandwidth
+        self.known = np.zeros(len(links), dtype=bool)
+        self.free = np.full(self.sentinel + 1, -np.inf)  # within the current burst
+        self.owner = np.full(self.sentinel + 1, -1)  # the burst that last used the link
+        self.holds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # link, enter, end
+        self.bytes = np.zeros(len(links))
+        self.busy = np.zeros(len(links))
+        self.messages = 0
+
+    def send(self, src: np.ndarray, dst: np.ndarray, nbytes: float, post: np.ndarray,
+             burst: np.ndarray) -> np.ndarray:
+        """Send ``nbytes`` from each ``src`` to its ``dst``, posted at ``post``, each the
+        next message of its ``burst``; return when each arrives."""
+        routes = [self.topology.route(int(a), int(b)) for a, b in zip(src, dst)]
+        width = max((len(route) for route in routes), default=0)
+        rows = np.array([route + (self.sentinel,) * (width - len(route)) for route in routes],
+                        dtype=np.int64).reshape(len(routes), width)
+        self._learn(rows)
+        if self.pipes:
+            rows = np.hstack([(len(self.topology.links) + src)[:, None], rows])
+        head, tail = post.astype(float), np.full(len(src), -np.inf)
+        for k in range(rows.shape[1]):
+            link = rows[:, k]
+            occupancy = self.gap[link] + nbytes * self.per_byte[link]
+            mine = self.owner[link] == burst
+            enter = np.maximum(head, np.where(mine, self.free[link], -np.inf))
+            end = np.maximum(enter, tail - occupancy) + occupancy
+            real = link != self.sentinel
+            self.free[link[real]], self.owner[link[real]] = end[real], burst[real]
+            self.holds.append((link[real], enter[real], end[real]))
+            wire = real & (link < len(self.topology.links))
+            np.add.at(self.bytes, link[wire], nbytes)
+            np.add.at(self.busy, link[wire], occupancy[wire])
+            tail = end + self.latency[link]
+            head = enter + self.latency[link]
+        self.messages += len(src)
+        return tail
+
+    def _learn(self, rows: np.ndarray) -> None:
+        new = np.unique(rows[rows < len(self.topology.links)])
+        new = new[~self.known[new]]
+        for i in new.tolist():
+            link = self.topology.links[i]
+            self.latency[i], self.gap[i] = link.latency, link.gap
+            self.per_byte[i] = 1.0 / link.bandwidth
+        self.known[new] = True
+
+    @property
+    def contended(self) -> bool:
+        """Whether two messages held one link at once anywhere (touching is fine)."""
+        if not self.holds:
+            return False
+        link, enter, end = (np.concatenate(parts) for parts in zip(*self.holds))
+        order = np.lexsort((end, enter, link))
+        link, enter, end = link[order], enter[order], end[order]
+        same = link[1:] == link[:-1]
+        return bool((same & (enter[1:] < end[:-1])).any())
+
+
+def _binomial_reduce(traffic: _Traffic, times: np.ndarray, root: int, nbytes: float,
+                     memory: np.ndarray, op: ReduceOp) -> np.ndarray:
+    """``collectives.reduce(tree=True)``: round by round, the ranks whose relative number
+    has the round's bit send to the one without it and stop; the receivers reduce."""
+    p, times = len(times), times.copy()
+    relative = np.arange(p)
+    mask = 1
+    while mask < p:
+        senders = relative[(relative % (2 * mask)) == mask]
+        if len(senders):
+            src, dst = (senders + root) % p, (senders - mask + root) % p
+            arrive = traffic.send(src, dst, nbytes, times[src], src)
+            matched = np.maximum(arrive, times[dst])
+            times[src] = matched  # the send completes once the receive is posted
+            times[dst] = matched + nbytes * memory[dst]
+        mask <<= 1
+    if op is AVG and p > 1 and nbytes > 0:
+        times[root] += nbytes * memory[root]
+    return times
+
+
+def _binomial_broadcast(traffic: _Traffic, times: np.ndarray, root: int, nbytes: float
+                        ) -> np.ndarray:
+    """``collectives.broadcast(tree=True)``: each rank receives once, from the rank that
+    differs in its lowest set bit, then sends to its children, largest subtree first, all
+    posted together (one burst), and waits for them all."""
+    p = len(times)
+    relative = np.arange(p)
+    received = times.copy()  # when each rank has the data (the root at once)
+    finish = times.copy()
+    top = 1 << max(p - 1, 0).bit_length()  # the first power of two >= p
+    # Parents before children: by the number of set bits of the relative rank.
+    ones = np.array([bin(v).count("1") for v in range(p)])
+    for level in range(int(ones.max(initial=0)) + 1):
+        parents = relative[ones == level]
+        lowest = np.where(parents == 0, top, parents & -parents)
+        step = lowest >> 1
+        while True:  # the j-th send of every parent that has a j-th child
+            # Skip the offsets past the last rank: those children do not exist.
+            while True:
+                absent = (step > 0) & (parents + step >= p)
+                if not absent.any():
+                    break
+                step = np.where(absent, step >> 1, step)
+            sending = step > 0
+            if not sending.any():
+                break
+            q, child = parents[sending], parents[sending] + step[sending]
+            src, dst = (q + root) % p, (child + root) % p
+            arrive = traffic.send(src, dst, nbytes, received[src], src)
+            done = np.maximum(arrive, times[dst])  # the child posted its receive at start
+            received[dst] = done
+            finish[dst] = np.maximum(finish[dst], done)
+            np.maximum.at(finish, src, done)  # the parent waits for all its sends
+            step = np.where(sending, step >> 1, step)
+    return finish
+
+
+def _tree_reduce_cost(topology: Topology, count: int, itemsize: int, root: int = 0,
+                      op: ReduceOp = SUM, tree: bool = False) -> CollectiveCost:
+    return _tree_cost(topology, count * itemsize, root, tree, op, ["reduce"])
+
+
+def _tree_broadcast_cost(topology: Topology, count: int, itemsize: int, root: int = 0,
+                         tree: bool = False) -> CollectiveCost:
+    return _tree_cost(topology, count * itemsize, root, tree, SUM, ["broadcast"])
+
+
+def _reduce_broadcast_cost(topology: Topology, count: int, itemsize: int, op: ReduceOp = SUM,
+                           root: int = 0, tree: bool = False) -> CollectiveCost:
+    return _tree_cost(topology, count * itemsize, root, tree, op, ["reduce", "broadcast"])
+
+
+def _tree_cost(topology: Topology, nbytes: int, root: int, tree: bool, op: ReduceOp,
+               phases: list[str]) -> CollectiveCost:
+    p = topology.size
+    if not isinstance(root, int) or not 0 <= root < p:
+        raise ValueError(f"root must be a rank in [0, {p}), got {root!r}")
+    if not tree:
+        raise ValueError("the collective level models the binomial tree (tree=True): run "
+                         "the flat form at the message level")
+    traffic, times = _Traffic(topology), np.zeros(p)
+    memory = 1.0 / np.asarray(topology.reduce_bandwidth, dtype=float)
+    for phase in phases:
+        times = (_binomial_reduce(traffic, times, root, nbytes, memory, op) if phase == "reduce"
+                 else _binomial_broadcast(traffic, times, root, nbytes))
+    sent = np.zeros(p)  # every rank but the root sends the buffer once per phase
+    sent[np.arange(p) != root] = nbytes * len(phases)
+    if phases == ["broadcast"]:
+        sent = _broadcast_sent(p, root, nbytes)
+    elif len(phases) == 2:
+        sent += _broadcast_sent(p, root, nbytes) - nbytes * (np.arange(p) != root)
+    return CollectiveCost(times, traffic.messages, sent, traffic.bytes, traffic.busy,
+                          not traffic.contended)
+
+
+def _broadcast_sent(p: int, root: int, nbytes: int) -> np.ndarray:
+    """Bytes each rank sends in a binomial broadcast: one buffer per child."""
+    children = np.zeros(p)
+    for v in range(1, p):
+        children[((v - (v & -v)) + root) % p] += 1
+    return children * nbytes
+
+
 def _parts(count: int, parts: int) -> list[int]:
     """Lengths of ``split_even``'s parts of ``count`` elements."""
     base, extra = divmod(count, parts)
@@ -229,23 +416,87 @@ def _tuned_cost(topology: Topology, collective: str, count: int, itemsize: int,
                 algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0,
                 algorithms: tuple[str, ...] = ("ring",)) -> CollectiveCost:
     """The cost of an NCCL-class collective of ``algorithms.tuned``: its choice made as the
-    algorithm makes it (``choose``, with the model's tuner), and its time the tuner's
-    estimate of that choice (``simcomm.tuning.ModelTuner.estimate``), which keeps within
-    10% of the message level for rings and 45% for trees (``tests/test_tuning.py``): not
-    exact, and no link traffic."""
-    p, nbytes = topology.size, count * itemsize
+    algorithm makes it (``choose``, with the model's tuner), timed by ``_estimated``."""
     tuner = ModelTuner(topology)
-    comm = Comm(0, p, topology.local_size, tuner)
-    choice = choose(comm, collective, nbytes, algorithm, protocol, channels, algorithms)
+    comm = Comm(0, topology.size, topology.local_size, tuner)
+    choice = choose(comm, collective, count * itemsize, algorithm, protocol, channels,
+                    algorithms)
     if choice.algorithm == "nvls":
         choice = Choice("nvls", Protocol.SIMPLE, choice.channels or NVLS_CHANNELS)
-    elif not choice.channels:
-        choice = Choice(choice.algorithm, choice.protocol, comm.ranks_per_node)
     if count == 0:  # NCCL drops an empty collective before it launches
-        return CollectiveCost(np.zeros(p), 0, None, None, None, False)
-    seconds = tuner.estimate(collective, choice, nbytes)
+        return CollectiveCost(np.zeros(topology.size), 0, None, None, None, False)
+    return _estimated(tuner, collective, choice, count, itemsize)
+
+
+def _estimated(tuner: ModelTuner, collective: str, choice: Choice, count: int, itemsize: int
+               ) -> CollectiveCost:
+    """``choice`` timed by the tuner's estimate (``simcomm.tuning.ModelTuner.estimate``):
+    not exact (``benchmarks/level_error.py`` measures it against the message level), and no
+    link traffic."""
+    topology = tuner.topology
+    comm = Comm(0, topology.size, topology.local_size)
+    if type(choice.channels) is not int or choice.channels < 0:
+        raise ValueError(f"channels must be an int >= 0, got {choice.channels!r}")
+    if not choice.channels:
+        choice = Choice(choice.algorithm, choice.protocol, comm.ranks_per_node)
+    if choice.algorithm == "nvls" and not tuner.has_nvls():
+        raise ValueError("nvls at the collective level needs one node whose switch reduces "
+                         "(Topology.reducing_switches): run it at the message level")
+    seconds = tuner.estimate(collective, choice, count * itemsize)
     messages = _tuned_messages(collective, choice, count, itemsize, comm)
-    return CollectiveCost(np.full(p, seconds), messages, None, None, None, False)
+    return CollectiveCost(np.full(topology.size, seconds), messages, None, None, None, False)
+
+
+def _forced(collective: str, algorithm: str) -> Callable[..., CollectiveCost]:
+    """The cost of an NCCL-class algorithm called directly (``nccl_ring_allreduce`` and
+    co.): its algorithm, protocol and channels as given, timed by ``_estimated``."""
+    def cost(topology: Topology, count: int, itemsize: int, *, channels: int,
+             protocol: Protocol | str = Protocol.SIMPLE, chunk_bytes: int = 0) -> CollectiveCost:
+        if chunk_bytes:
+            raise ValueError("the collective level times NCCL's own chunk size: leave "
+                             "chunk_bytes out, or run at the message level")
+        choice = Choice(algorithm, as_protocol(protocol), channels)
+        return _estimated(ModelTuner(topology), collective, choice, count, itemsize)
+    return cost
+
+
+def _nccl_ring_allreduce_cost(topology: Topology, count: int, itemsize: int,
+                              op: ReduceOp = SUM, channels: int = 0,
+                              protocol: Protocol | str = "simple") -> CollectiveCost:
+    return _forced("allreduce", "ring")(topology, count, itemsize, channels=channels,
+                                        protocol=protocol)
+
+
+def _nccl_ring_reduce_scatter_cost(topology: Topology, count: int, itemsize: int,
+                                   op: ReduceOp = SUM, channels: int = 0,
+                                   protocol: Protocol | str = "simple") -> CollectiveCost:
+    return _forced("reducescatter", "ring")(topology, count, itemsize, channels=channels,
+                                            protocol=protocol)
+
+
+def _nccl_ring_all_gather_cost(topology: Topology, count: int, itemsize: int,
+                               channels: int = 0, protocol: Protocol | str = "simple"
+                               ) -> CollectiveCost:
+    return _forced("allgather", "ring")(topology, count, itemsize, channels=channels,
+                                        protocol=protocol)
+
+
+def _nccl_tree_allreduce_cost(topology: Topology, count: int, itemsize: int,
+                              op: ReduceOp = SUM, channels: int = 0,
+                              protocol: Protocol | str = "simple",
+                              chunk_bytes: int = TREE_CHUNK_BYTES) -> CollectiveCost:
+    return _forced("allreduce", "tree")(
+        topology, count, itemsize, channels=channels, protocol=protocol,
+        chunk_bytes=0 if chunk_bytes == TREE_CHUNK_BYTES else chunk_bytes)
+
+
+def _nvls_allreduce_cost(topology: Topology, count: int, itemsize: int, op: ReduceOp = SUM,
+                         channels: int = NVLS_CHANNELS, chunk_bytes: int = 0
+                         ) -> CollectiveCost:
+    if type(channels) is not int or channels < 1:
+        raise ValueError(f"channels must be an int >= 1, got {channels!r}")
+    return _forced("allreduce", "nvls")(topology, count, itemsize, channels=channels,
+                                        chunk_bytes=chunk_bytes)
 
 
 def _nccl_allreduce_cost(topology: Topology, count: int, itemsize: int, op: ReduceOp = SUM,
@@ -296,6 +547,12 @@ class _Model(NamedTuple):
     cost: Callable[..., CollectiveCost]  # (topology, elements, bytes per element, **params)
     messages: Callable[[int], int]  # ranks -> messages the message level would simulate
     result: Callable[[Comm, Any], Any] = lambda comm, buf: buf  # what a rank's call returns
+    # Whether the model covers a call with these parameters (auto falls back if not).
+    supports: Callable[[dict[str, Any]], bool] = lambda params: True
+
+
+def _tree_only(params: dict[str, Any]) -> bool:
+    return bool(params.get("tree", False))
 
 
 def _own_chunk(comm: Comm, buf: Any) -> Any:
@@ -314,6 +571,16 @@ MODELS: dict[Callable[..., Any], _Model] = {
     nccl_allreduce: _Model(_nccl_allreduce_cost, _ring_messages(2)),
     nccl_reduce_scatter: _Model(_nccl_reduce_scatter_cost, _ring_messages(1), _own_chunk),
     nccl_all_gather: _Model(_nccl_all_gather_cost, _ring_messages(1)),
+    nccl_ring_allreduce: _Model(_nccl_ring_allreduce_cost, _ring_messages(2)),
+    nccl_ring_reduce_scatter: _Model(_nccl_ring_reduce_scatter_cost, _ring_messages(1),
+                                     _own_chunk),
+    nccl_ring_all_gather: _Model(_nccl_ring_all_gather_cost, _ring_messages(1)),
+    nccl_tree_allreduce: _Model(_nccl_tree_allreduce_cost, lambda p: 2 * (p - 1)),
+    reduce: _Model(_tree_reduce_cost, lambda p: p - 1, supports=_tree_only),
+    broadcast: _Model(_tree_broadcast_cost, lambda p: p - 1, supports=_tree_only),
+    reduce_broadcast_allreduce: _Model(_reduce_broadcast_cost, lambda p: 2 * (p - 1),
+                                       supports=_tree_only),
+    nvls_allreduce: _Model(_nvls_allreduce_cost, lambda p: 2 * p * (p - 1)),
 }
 
 
@@ -340,16 +607,19 @@ def _model(algorithm: Callable[..., Any]) -> _Model:
 
 
 def choose_level(level: str, algorithm: Callable[..., Any], ranks: int,
-                 size_only: bool = True, calls: int = 1) -> str:
+                 size_only: bool = True, calls: int = 1,
+                 params: dict[str, Any] | None = None) -> str:
     """The level a run at ``level`` takes: ``message`` or ``collective`` as asked; for
-    ``auto`` the collective level where there is a model, the buffers are size-only and
-    the message level would step through more than ``AUTO_MESSAGE_LIMIT`` messages in
-    ``calls`` calls of the algorithm, else the message level."""
+    ``auto`` the collective level where a model covers the call (with ``params``), the
+    buffers are size-only and the message level would step through more than
+    ``AUTO_MESSAGE_LIMIT`` messages in ``calls`` calls of the algorithm, else the message
+    level."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
     if level == "auto":
         model = MODELS.get(algorithm)
         return ("collective" if size_only and model is not None
+                and model.supports(params or {})
                 and calls * model.messages(ranks) > AUTO_MESSAGE_LIMIT else "message")
     if level == "collective":
         _model(algorithm)

@@ -795,7 +795,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     messages); ``SimResult.level`` says which ran.
     """
     level = choose_level(level, algorithm, topology.size,
-                         all(isinstance(buf, SizeOnly) for buf in inputs))
+                         all(isinstance(buf, SizeOnly) for buf in inputs), params=params)
     if level == "collective":
         given = [name for name, value in (("trace", trace), ("eager_limit", eager_limit),
                                           ("jitter", jitter), ("tuner", tuner))

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.collectives import (
-    all_gather, reduce_broadcast_allreduce, reduce_scatter, ring_allreduce,
+    all_gather, alltoall_allreduce, broadcast, reduce, reduce_broadcast_allreduce,
+    reduce_scatter, ring_allreduce,
 )
 from algorithms.ops import AVG, SUM
 from simcomm import Jitter, Link, SizeOnly, Topology, simulate
@@ -45,18 +46,25 @@ def _check_equal(message, collective) -> None:
                        [s.busy_time for s in message.links], rtol=1e-9, atol=1e-18)
 
 
-@st.composite
-def _cases(draw):
+def _any_topology(draw):
     if draw(st.booleans()):
         topology = make_preset(draw(st.sampled_from(PRESETS)))
         if draw(st.booleans()):  # any latency on any link
             topology = topology.with_latency_jitter(draw(st.integers(0, 2**16)), 2e-6)
-    else:
-        topology = draw(topologies(draw(st.integers(1, 64))))
+        return topology
+    return draw(topologies(draw(st.integers(1, 64))))
+
+
+def _any_count(draw, topology):
+    return draw(st.one_of(lengths(topology.size), st.sampled_from([2**20, 2**20 + 1])))
+
+
+@st.composite
+def _cases(draw):
+    topology = _any_topology(draw)
     algorithm = draw(st.sampled_from(RING_COLLECTIVES))
     params = {} if algorithm is all_gather else {"op": draw(st.sampled_from([SUM, AVG]))}
-    count = draw(st.one_of(lengths(topology.size), st.sampled_from([2**20, 2**20 + 1])))
-    return topology, algorithm, count, draw(dtypes()), params
+    return topology, algorithm, _any_count(draw, topology), draw(dtypes()), params
 
 
 @settings(max_examples=25)
@@ -64,6 +72,31 @@ def _cases(draw):
 def test_the_collective_level_equals_the_message_level_where_no_link_is_shared(case) -> None:
     topology, algorithm, count, dtype, params = case
     _check_equal(*_both_levels(algorithm, topology, count, dtype, **params))
+
+
+@st.composite
+def _tree_cases(draw):
+    topology = _any_topology(draw)
+    algorithm = draw(st.sampled_from([reduce, broadcast, reduce_broadcast_allreduce]))
+    params = {"tree": True, "root": draw(st.integers(0, topology.size - 1))}
+    if algorithm is not broadcast:
+        params["op"] = draw(st.sampled_from([SUM, AVG]))
+    return topology, algorithm, _any_count(draw, topology), draw(dtypes()), params
+
+
+@settings(max_examples=25)
+@given(_tree_cases())
+def test_binomial_trees_equal_the_message_level_where_no_two_messages_meet(case) -> None:
+    # Two messages meet on a link when a rank of an early round sends while a rank of a
+    # later round, with nothing to receive first, already does: the model says so and
+    # then gives the times as if they had not met, a bound from below.
+    topology, algorithm, count, dtype, params = case
+    message, collective = _both_levels(algorithm, topology, count, dtype, **params)
+    if collective.exact:
+        _check_equal(message, collective)
+    else:
+        assert collective.time <= message.time * (1 + 1e-9)
+        assert collective.messages == message.messages
 
 
 @pytest.mark.parametrize("count", [0, 5, 4096, 3 * 2**20 + 7])
@@ -118,9 +151,10 @@ def test_auto_takes_the_message_level_while_it_is_cheap() -> None:
 def test_the_collective_level_refuses_what_it_cannot_do() -> None:
     topology = ring(4, 1e10, 1e-6)
     sizes = [SizeOnly(16)] * 4
-    with pytest.raises(ValueError, match="no collective-level model of "
-                                         "'reduce_broadcast_allreduce'"):
+    with pytest.raises(ValueError, match="binomial tree .tree=True.: run the flat form"):
         simulate(reduce_broadcast_allreduce, sizes, topology, level="collective")
+    with pytest.raises(ValueError, match="no collective-level model of 'alltoall_allreduce'"):
+        simulate(alltoall_allreduce, sizes, topology, level="collective")
     with pytest.raises(ValueError, match="moves no data"):
         simulate(ring_allreduce, [np.ones(16)] * 4, topology, level="collective")
     with pytest.raises(ValueError, match="one buffer length"):
@@ -232,3 +266,10 @@ def test_nccl_class_collectives_are_estimated_near_the_message_level(
         assert collective.exact is False and collective.links == []
         assert collective.messages == message.messages
         assert collective.time == pytest.approx(message.time, rel=tolerance, abs=1e-12)
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100", "cluster-h100:nodes=4"])
+def test_a_binomial_tree_on_a_power_of_two_ranks_is_exact(spec) -> None:
+    message, collective = _both_levels(reduce_broadcast_allreduce, make_preset(spec), 2**18,
+                                       np.float32, tree=True, op=AVG)
+    _check_equal(message, collective)
