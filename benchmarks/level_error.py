@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 import algorithms
-from algorithms.harness.units import parse_size
+from algorithms.harness.units import parse_bytes
 from simcomm import SizeOnly, simulate
 from simcomm.presets import make_preset
 
@@ -38,7 +38,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-bytes", default="256MiB", help="largest size per rank")
     args = parser.parse_args()
-    largest = parse_size(args.max_bytes)
+    largest = parse_bytes(args.max_bytes)
     sizes = [8 * 4**k for k in range(40) if 8 * 4**k <= largest]
     print(f"{'topology':<40} {'collective':<40} {'least':>8} {'median':>8} {'largest':>8} "
           f"{'exact':>6}")
