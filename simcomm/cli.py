@@ -29,6 +29,7 @@ arguments, simulator errors and a ``--check`` too large for memory print one lin
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -45,7 +46,8 @@ from algorithms.harness.catalog import KINDS
 from algorithms.harness.tuner_file import format_tuner_file, rows_for
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
-    SLOWEST_RANK, bench_level, bench_rows, is_builder, load_named_topology, traced_run,
+    SLOWEST_RANK, algorithm_config, bench_level, bench_rows, is_builder, load_named_topology,
+    traced_run,
 )
 from simcomm.collective_level import AUTO_MESSAGE_LIMIT, LEVELS, describe_level
 from simcomm.calibration import load_calibration
@@ -55,7 +57,8 @@ from simcomm.results import SimResult
 from simcomm.summary import format_summary
 from simcomm.sweep import (
     DEFAULT_ALGORITHMS, DEFAULT_BANDWIDTHS, DEFAULT_LATENCIES, DEFAULT_RANKS, DEFAULT_SIZES,
-    DEFAULT_TOPOLOGIES, Grid, ProgressBar, default_jobs, run_sweep, split_list,
+    DEFAULT_TOPOLOGIES, Grid, ProgressBar, default_jobs, point_key, row_key, run_sweep,
+    split_list,
 )
 from simcomm.sweep_csv import Series, SweepRow, read_bench_csv, read_csv, write_csv
 from simcomm.topofile import dump_topology
@@ -514,6 +517,13 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
                         help="processes to simulate in (default: every core, here "
                              f"{default_jobs()})")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="run the points on a dask.distributed cluster instead, given its "
+                             "scheduler's address (tcp://host:8786); its workers need simcomm "
+                             "installed (pip install 'simcomm[dask]')")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows of OUT/sweep.csv that belong to this grid (from a "
+                             "sweep that was stopped) and simulate only the others")
     _add_output_arguments(parser)
     parser.add_argument("--progress", action="store_true",
                         help="draw the progress bar on stderr even when it is not a terminal")
@@ -537,17 +547,45 @@ def sweep(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    path = out / "sweep.csv"
+    type_name = algorithm_config(points[0].algorithm, (points[0].size,), grid.dtype,
+                                 points[0].kind).type_name
+    wanted = {point_key(point, type_name) for point in points}
+    kept = ([row for row in read_csv(path) if row_key(row) in wanted]
+            if args.resume and path.exists() else [])
+    done = {row_key(row) for row in kept}
+    todo = [point for point in points if point_key(point, type_name) not in done]
+    # Each row goes to the file as it finishes: a sweep stopped half way keeps what it did,
+    # and --resume takes it up from there.
+    _replace_csv(path, kept)
     show = args.progress or sys.stderr.isatty()
     started = time.perf_counter()
-    rows = run_sweep(points, args.jobs, ProgressBar(sys.stderr) if show else None)
+    with open(path, "a", encoding="utf-8", newline="") as stream:
+        def save(row: SweepRow) -> None:
+            write_csv([row], stream, header=False)
+            stream.flush()
+        new = run_sweep(todo, args.jobs, ProgressBar(sys.stderr) if show and todo else None,
+                        args.scheduler, save)
     seconds = time.perf_counter() - started
-    processes = min(args.jobs, len(points))
-    with open(out / "sweep.csv", "w", encoding="utf-8", newline="") as stream:
-        write_csv(rows, stream)
-    print(f"simulated {len(points)} points in {seconds:.2f} s with {processes} "
-          f"process{'es' * (processes > 1)}")
-    _report(rows, measured, out, args.no_plots, [out / "sweep.csv"])
+    order = {point_key(point, type_name): i for i, point in enumerate(points)}
+    rows = sorted(kept + new, key=lambda row: order[row_key(row)])
+    _replace_csv(path, rows)  # in grid order, now that all are in
+    where = (f"on the dask cluster at {args.scheduler}" if args.scheduler else
+             f"with {min(args.jobs, max(len(todo), 1))} "
+             f"process{'es' * (min(args.jobs, len(todo)) > 1)}")
+    print(f"simulated {len(todo)} points in {seconds:.2f} s {where}"
+          + (f"; {len(kept)} kept from {path}" if args.resume else ""))
+    _report(rows, measured, out, args.no_plots, [path])
     return 0
+
+
+def _replace_csv(path: Path, rows: list[SweepRow]) -> None:
+    """Write ``rows`` to ``path`` whole, through a file beside it, so that the old file is
+    there until the new one is."""
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "w", encoding="utf-8", newline="") as stream:
+        write_csv(rows, stream)
+    os.replace(partial, path)
 
 
 def _grid_from_args(args: argparse.Namespace) -> Grid:

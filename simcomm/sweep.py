@@ -5,10 +5,11 @@
   ranks x bandwidth x latency combination; a preset or a topology file brings its own ranks
   and links, so it is one point per algorithm and size, with empty bandwidth and latency.
 * ``run_point(point)`` is one ``simcomm bench`` run (``simcomm.bench``) of one size.
-* ``run_sweep(points, jobs)`` simulates them, size-only and without a trace, in ``jobs``
-  processes (one task per point); rows come back in the order of the points whatever the
-  order in which they finish, so the output does not depend on ``jobs``. ``ProgressBar``
-  draws their progress.
+* ``run_sweep(points, jobs, scheduler=...)`` simulates them, size-only and without a trace,
+  in ``jobs`` local processes or on a dask.distributed cluster (one task per point); rows
+  come back in the order of the points whatever the order in which they finish, so the
+  output does not depend on where they ran, and each is handed on as it finishes.
+  ``ProgressBar`` draws their progress.
 
 What becomes of the rows is elsewhere: ``simcomm.sweep_csv`` writes and reads them,
 ``simcomm.crossover`` finds which algorithm wins where, ``simcomm.plots`` draws them.
@@ -24,8 +25,9 @@ is two topologies.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO
 
@@ -43,6 +45,7 @@ DEFAULT_TOPOLOGIES = ("switch",)
 DEFAULT_RANKS = (8,)
 DEFAULT_BANDWIDTHS = ("100GB/s",)
 DEFAULT_LATENCIES = ("5us",)
+SCHEDULER_TIMEOUT = "10s"  # to reach a dask scheduler before giving up
 
 
 def split_list(text: str) -> list[str]:
@@ -134,6 +137,19 @@ class Grid:
         return settings
 
 
+def point_key(point: Point, type_name: str) -> tuple[object, ...]:
+    """What names a point's row (``row_key``): ``type_name`` is nccl-tests' name of its
+    dtype (``BenchConfig.type_name``)."""
+    return (point.algorithm, point.topology, point.ranks, point.bandwidth, point.latency,
+            point.size, type_name)
+
+
+def row_key(row: SweepRow) -> tuple[object, ...]:
+    """The ``point_key`` of the point ``row`` came from."""
+    return (row.algorithm, row.topology, row.ranks, row.bandwidth, row.latency, row.size,
+            row.type)
+
+
 # -- running -------------------------------------------------------------------------------
 
 def run_point(point: Point) -> SweepRow:
@@ -154,31 +170,57 @@ def default_jobs() -> int:
 
 
 def run_sweep(points: Sequence[Point], jobs: int = 1,
-              on_done: Callable[[int, int], None] | None = None) -> list[SweepRow]:
-    """Simulate every point in ``jobs`` processes (in this one if ``jobs`` is 1); rows in
-    the order of ``points``. ``on_done(done, total)`` is called as points finish."""
+              on_done: Callable[[int, int], None] | None = None, scheduler: str | None = None,
+              on_row: Callable[[SweepRow], None] | None = None) -> list[SweepRow]:
+    """Simulate every point: in this process (``jobs`` 1), in ``jobs`` local processes, or
+    on the dask.distributed cluster whose scheduler is at ``scheduler`` (``tcp://host:8786``;
+    its workers need this package installed). Rows come back in the order of ``points``;
+    ``on_row(row)`` is called with each as it finishes (to stream it to a file), then
+    ``on_done(done, total)``. A point that fails stops the sweep at once."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
     total = len(points)
-    if jobs == 1 or total <= 1:
-        rows = []
-        for done, point in enumerate(points, 1):
-            rows.append(run_point(point))
-            if on_done:
-                on_done(done, total)
-        return rows
     results: list[SweepRow | None] = [None] * total
-    with ProcessPoolExecutor(max_workers=min(jobs, total)) as pool:
-        index = {pool.submit(run_point, point): i for i, point in enumerate(points)}
-        try:
-            for done, future in enumerate(as_completed(index), 1):
-                results[index[future]] = future.result()
-                if on_done:
-                    on_done(done, total)
-        except BaseException:
-            pool.shutdown(cancel_futures=True)  # a failed sweep stops at once
-            raise
+
+    def finished(i: int, row: SweepRow, done: int) -> None:
+        results[i] = row
+        if on_row:
+            on_row(row)
+        if on_done:
+            on_done(done, total)
+
+    with _executor(jobs, scheduler, total) as executor:
+        if executor is None:
+            for i, point in enumerate(points):
+                finished(i, run_point(point), i + 1)
+        else:
+            index = {executor.submit(run_point, point): i for i, point in enumerate(points)}
+            try:
+                for done, future in enumerate(as_completed(index), 1):
+                    finished(index[future], future.result(), done)
+            except BaseException:
+                for future in index:
+                    future.cancel()
+                raise
     return [row for row in results if row is not None]
+
+
+@contextmanager
+def _executor(jobs: int, scheduler: str | None, total: int) -> Iterator[Executor | None]:
+    """Where the points run: a dask.distributed cluster, local processes, or (None) here."""
+    if scheduler is not None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ValueError("a scheduler needs dask.distributed: pip install "
+                             "'simcomm[dask]'") from None
+        with Client(scheduler, timeout=SCHEDULER_TIMEOUT) as client:
+            yield client.get_executor()
+    elif jobs == 1 or total <= 1:
+        yield None
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, total)) as pool:
+            yield pool
 
 
 class ProgressBar:

@@ -46,10 +46,12 @@ class SweepRow:
     wrong: int | None
 
 
-def write_csv(rows: Sequence[SweepRow], stream: IO[str]) -> None:
-    """Rows under ``SWEEP_HEADER``; floats in full precision, unchecked ``wrong`` as N/A."""
+def write_csv(rows: Sequence[SweepRow], stream: IO[str], header: bool = True) -> None:
+    """Rows under ``SWEEP_HEADER`` (or without it, to add rows to a file that has it);
+    floats in full precision, unchecked ``wrong`` as N/A."""
     writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(SWEEP_COLUMNS)
+    if header:
+        writer.writerow(SWEEP_COLUMNS)
     for row in rows:
         values = [repr(v) if isinstance(v, float) else v for v in astuple(row)]
         values[-1] = "N/A" if row.wrong is None else row.wrong

@@ -57,8 +57,8 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
 
 # Variants that cost most per case (a channel per rank: p rings of p ranks) or that only
 # dispatch to algorithms tested above get fewer examples, to keep the suite's time.
-FEWER_EXAMPLES = {"nccl_ring_allreduce": 3, "nccl_ring_reduce_scatter": 3,
-                  "nccl_ring_all_gather": 3, "nccl_allreduce": 2, "nccl_reduce_scatter": 2,
+FEWER_EXAMPLES = {"nccl_ring_allreduce": 2, "nccl_ring_reduce_scatter": 2,
+                  "nccl_ring_all_gather": 2, "nccl_allreduce": 2, "nccl_reduce_scatter": 2,
                   "nccl_all_gather": 2, "nvls_allreduce": 2}
 
 

@@ -255,3 +255,38 @@ def test_bad_csvs_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
     for argv, message in cases:
         status, _, err = run(capsys, *argv)
         assert status == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_a_sweep_on_a_dask_cluster_writes_the_local_pool_s_csv(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # A real dask.distributed cluster on this machine: a scheduler and two worker
+    # processes, reached over TCP as a remote one would be.
+    from distributed import LocalCluster
+    assert run(capsys, "sweep", *SMALL, "--jobs", "2", "--no-plots", "--out",
+               str(tmp_path / "pool"))[0] == 0
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        status, out, _ = run(capsys, "sweep", *SMALL, "--scheduler", cluster.scheduler_address,
+                             "--no-plots", "--out", str(tmp_path / "dask"))
+    assert status == 0 and f"on the dask cluster at {cluster.scheduler_address}" in out
+    assert ((tmp_path / "dask" / "sweep.csv").read_bytes()
+            == (tmp_path / "pool" / "sweep.csv").read_bytes())
+
+
+def test_rows_reach_the_csv_as_they_finish_and_a_stopped_sweep_resumes(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert run(capsys, "sweep", *SMALL, "--jobs", "1", "--no-plots", "--out",
+               str(tmp_path / "whole"))[0] == 0
+    whole = (tmp_path / "whole" / "sweep.csv").read_text().splitlines()
+    # A sweep stopped after five rows left them in its CSV, each written as it finished.
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "sweep.csv").write_text("\n".join(whole[:6]) + "\n")
+    status, out, _ = run(capsys, "sweep", *SMALL, "--jobs", "2", "--no-plots", "--resume",
+                         "--out", str(stopped))
+    assert status == 0 and out.startswith("simulated 7 points in ")
+    assert f"; 5 kept from {stopped / 'sweep.csv'}" in out.splitlines()[0]
+    assert (stopped / "sweep.csv").read_text().splitlines() == whole
+    streamed = []
+    rows = run_sweep(Grid(sizes=(1024, 4096)).points(), on_row=streamed.append)
+    assert sorted(streamed, key=rows.index) == rows
