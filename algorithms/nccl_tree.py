@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from algorithms.buffers import split_even
 from algorithms.collectives import Schedule
 from algorithms.nccl import _channel_count, as_protocol
@@ -149,6 +151,27 @@ def tree_position(comm: Comm, channel: int, tree: int) -> tuple[int, list[int], 
     parent, node_children = double_binary_tree(nodes, node)[tree]
     children += [rank(child, 0) for child in node_children if child != -1]  # NCCL's order
     return (rank(parent, 0) if parent != -1 else -1), children, depth
+
+
+def tree_parents(size: int, ranks_per_node: int, channel: int, tree: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's parent (-1 at the root) and depth in ``channel``'s tree on ``tree``, as
+    ``tree_position`` gives them one rank at a time, for all ranks at once (for cost models
+    of thousands of ranks)."""
+    nodes = size // ranks_per_node
+    node_parent = np.array([double_binary_tree(nodes, n)[tree][0] for n in range(nodes)])
+    node_depth = np.zeros(nodes, dtype=np.int64)
+    above = node_parent.copy()
+    while (above != -1).any():  # one level up per pass, for every node at once
+        node_depth += above != -1
+        above = np.where(above != -1, node_parent[np.maximum(above, 0)], -1)
+    node, local = np.divmod(np.arange(size), ranks_per_node)
+    position = (local - channel) % ranks_per_node  # along the node's chain; the head is 0
+    up_the_chain = node * ranks_per_node + (channel + position - 1) % ranks_per_node
+    head_parent = np.where(node_parent[node] != -1,
+                           node_parent[node] * ranks_per_node + channel % ranks_per_node, -1)
+    parents = np.where(position > 0, up_the_chain, head_parent)
+    return parents, position + node_depth[node]
 
 
 def _node_depth(nodes: int, node: int, tree: int) -> int:

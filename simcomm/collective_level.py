@@ -47,7 +47,7 @@ from algorithms.nccl import (
 )
 from algorithms.nccl_tree import TREE_CHUNK_BYTES, nccl_tree_allreduce
 from algorithms.nvls import NVLS_CHANNELS, nvls_allreduce, nvls_chunk_bytes, pipeline_chunks
-from algorithms.ops import AVG, SUM, Choice, Comm, Protocol, ReduceOp, Sleep
+from algorithms.ops import AVG, SUM, Choice, Comm, Protocol, ReduceOp, Sleep, Tuner
 from algorithms.tuned import (
     ALLREDUCE_ALGORITHMS, AUTO, choose, nccl_all_gather, nccl_allreduce, nccl_reduce_scatter,
 )
@@ -87,6 +87,17 @@ class CollectiveCost:
     def time(self) -> float:
         """Seconds until the last rank finishes."""
         return float(self.finish_times.max()) if len(self.finish_times) else 0.0
+
+
+class Machine:
+    """What a collective is costed on: the topology, the model's estimates of NCCL-class
+    choices (``simcomm.tuning.ModelTuner``, which keeps what it works out once), and the
+    tuner that makes those choices (``Comm.tuner``: the model's own unless given)."""
+
+    def __init__(self, topology: Topology, tuner: Tuner | None = None) -> None:
+        self.topology = topology
+        self.estimator = ModelTuner(topology)
+        self.tuner = self.estimator if tuner is None else tuner
 
 
 class _Hops:
@@ -210,18 +221,19 @@ def _ring_collective(topology: Topology, count: int, itemsize: int, phases: list
     return CollectiveCost(times, messages, sent, link_bytes, link_busy, not hops.shared)
 
 
-def _reduce_scatter_cost(topology: Topology, count: int, itemsize: int,
+def _reduce_scatter_cost(machine: Machine, count: int, itemsize: int,
                          op: ReduceOp = SUM) -> CollectiveCost:
-    return _ring_collective(topology, count, itemsize, ["reduce-scatter"], op)
+    return _ring_collective(machine.topology, count, itemsize, ["reduce-scatter"], op)
 
 
-def _all_gather_cost(topology: Topology, count: int, itemsize: int) -> CollectiveCost:
-    return _ring_collective(topology, count, itemsize, ["all-gather"], SUM)
+def _all_gather_cost(machine: Machine, count: int, itemsize: int) -> CollectiveCost:
+    return _ring_collective(machine.topology, count, itemsize, ["all-gather"], SUM)
 
 
-def _ring_allreduce_cost(topology: Topology, count: int, itemsize: int,
+def _ring_allreduce_cost(machine: Machine, count: int, itemsize: int,
                          op: ReduceOp = SUM) -> CollectiveCost:
-    return _ring_collective(topology, count, itemsize, ["reduce-scatter", "all-gather"], op)
+    return _ring_collective(machine.topology, count, itemsize, ["reduce-scatter", "all-gather"],
+                            op)
 
 
 class _Traffic:
@@ -360,19 +372,20 @@ def _binomial_broadcast(traffic: _Traffic, times: np.ndarray, root: int, nbytes:
     return finish
 
 
-def _tree_reduce_cost(topology: Topology, count: int, itemsize: int, root: int = 0,
+def _tree_reduce_cost(machine: Machine, count: int, itemsize: int, root: int = 0,
                       op: ReduceOp = SUM, tree: bool = False) -> CollectiveCost:
-    return _tree_cost(topology, count * itemsize, root, tree, op, ["reduce"])
+    return _tree_cost(machine.topology, count * itemsize, root, tree, op, ["reduce"])
 
 
-def _tree_broadcast_cost(topology: Topology, count: int, itemsize: int, root: int = 0,
+def _tree_broadcast_cost(machine: Machine, count: int, itemsize: int, root: int = 0,
                          tree: bool = False) -> CollectiveCost:
-    return _tree_cost(topology, count * itemsize, root, tree, SUM, ["broadcast"])
+    return _tree_cost(machine.topology, count * itemsize, root, tree, SUM, ["broadcast"])
 
 
-def _reduce_broadcast_cost(topology: Topology, count: int, itemsize: int, op: ReduceOp = SUM,
+def _reduce_broadcast_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
                            root: int = 0, tree: bool = False) -> CollectiveCost:
-    return _tree_cost(topology, count * itemsize, root, tree, op, ["reduce", "broadcast"])
+    return _tree_cost(machine.topology, count * itemsize, root, tree, op,
+                      ["reduce", "broadcast"])
 
 
 def _tree_cost(topology: Topology, nbytes: int, root: int, tree: bool, op: ReduceOp,
@@ -412,37 +425,37 @@ def _parts(count: int, parts: int) -> list[int]:
     return [base + (i < extra) for i in range(parts)]
 
 
-def _tuned_cost(topology: Topology, collective: str, count: int, itemsize: int,
+def _tuned_cost(machine: Machine, collective: str, count: int, itemsize: int,
                 algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0,
                 algorithms: tuple[str, ...] = ("ring",)) -> CollectiveCost:
     """The cost of an NCCL-class collective of ``algorithms.tuned``: its choice made as the
-    algorithm makes it (``choose``, with the model's tuner), timed by ``_estimated``."""
-    tuner = ModelTuner(topology)
-    comm = Comm(0, topology.size, topology.local_size, tuner)
+    algorithm makes it (``choose``, with the machine's tuner), timed by ``_estimated``."""
+    topology = machine.topology
+    comm = Comm(0, topology.size, topology.local_size, machine.tuner)
     choice = choose(comm, collective, count * itemsize, algorithm, protocol, channels,
                     algorithms)
     if choice.algorithm == "nvls":
         choice = Choice("nvls", Protocol.SIMPLE, choice.channels or NVLS_CHANNELS)
     if count == 0:  # NCCL drops an empty collective before it launches
         return CollectiveCost(np.zeros(topology.size), 0, None, None, None, False)
-    return _estimated(tuner, collective, choice, count, itemsize)
+    return _estimated(machine, collective, choice, count, itemsize)
 
 
-def _estimated(tuner: ModelTuner, collective: str, choice: Choice, count: int, itemsize: int
+def _estimated(machine: Machine, collective: str, choice: Choice, count: int, itemsize: int
                ) -> CollectiveCost:
-    """``choice`` timed by the tuner's estimate (``simcomm.tuning.ModelTuner.estimate``):
+    """``choice`` timed by the model's estimate (``simcomm.tuning.ModelTuner.estimate``):
     not exact (``benchmarks/level_error.py`` measures it against the message level), and no
     link traffic."""
-    topology = tuner.topology
+    topology, estimator = machine.topology, machine.estimator
     comm = Comm(0, topology.size, topology.local_size)
     if type(choice.channels) is not int or choice.channels < 0:
         raise ValueError(f"channels must be an int >= 0, got {choice.channels!r}")
     if not choice.channels:
         choice = Choice(choice.algorithm, choice.protocol, comm.ranks_per_node)
-    if choice.algorithm == "nvls" and not tuner.has_nvls():
+    if choice.algorithm == "nvls" and not estimator.has_nvls():
         raise ValueError("nvls at the collective level needs one node whose switch reduces "
                          "(Topology.reducing_switches): run it at the message level")
-    seconds = tuner.estimate(collective, choice, count * itemsize)
+    seconds = estimator.estimate(collective, choice, count * itemsize)
     messages = _tuned_messages(collective, choice, count, itemsize, comm)
     return CollectiveCost(np.full(topology.size, seconds), messages, None, None, None, False)
 
@@ -450,71 +463,71 @@ def _estimated(tuner: ModelTuner, collective: str, choice: Choice, count: int, i
 def _forced(collective: str, algorithm: str) -> Callable[..., CollectiveCost]:
     """The cost of an NCCL-class algorithm called directly (``nccl_ring_allreduce`` and
     co.): its algorithm, protocol and channels as given, timed by ``_estimated``."""
-    def cost(topology: Topology, count: int, itemsize: int, *, channels: int,
+    def cost(machine: Machine, count: int, itemsize: int, *, channels: int,
              protocol: Protocol | str = Protocol.SIMPLE, chunk_bytes: int = 0) -> CollectiveCost:
         if chunk_bytes:
             raise ValueError("the collective level times NCCL's own chunk size: leave "
                              "chunk_bytes out, or run at the message level")
         choice = Choice(algorithm, as_protocol(protocol), channels)
-        return _estimated(ModelTuner(topology), collective, choice, count, itemsize)
+        return _estimated(machine, collective, choice, count, itemsize)
     return cost
 
 
-def _nccl_ring_allreduce_cost(topology: Topology, count: int, itemsize: int,
+def _nccl_ring_allreduce_cost(machine: Machine, count: int, itemsize: int,
                               op: ReduceOp = SUM, channels: int = 0,
                               protocol: Protocol | str = "simple") -> CollectiveCost:
-    return _forced("allreduce", "ring")(topology, count, itemsize, channels=channels,
+    return _forced("allreduce", "ring")(machine, count, itemsize, channels=channels,
                                         protocol=protocol)
 
 
-def _nccl_ring_reduce_scatter_cost(topology: Topology, count: int, itemsize: int,
+def _nccl_ring_reduce_scatter_cost(machine: Machine, count: int, itemsize: int,
                                    op: ReduceOp = SUM, channels: int = 0,
                                    protocol: Protocol | str = "simple") -> CollectiveCost:
-    return _forced("reducescatter", "ring")(topology, count, itemsize, channels=channels,
+    return _forced("reducescatter", "ring")(machine, count, itemsize, channels=channels,
                                             protocol=protocol)
 
 
-def _nccl_ring_all_gather_cost(topology: Topology, count: int, itemsize: int,
+def _nccl_ring_all_gather_cost(machine: Machine, count: int, itemsize: int,
                                channels: int = 0, protocol: Protocol | str = "simple"
                                ) -> CollectiveCost:
-    return _forced("allgather", "ring")(topology, count, itemsize, channels=channels,
+    return _forced("allgather", "ring")(machine, count, itemsize, channels=channels,
                                         protocol=protocol)
 
 
-def _nccl_tree_allreduce_cost(topology: Topology, count: int, itemsize: int,
+def _nccl_tree_allreduce_cost(machine: Machine, count: int, itemsize: int,
                               op: ReduceOp = SUM, channels: int = 0,
                               protocol: Protocol | str = "simple",
                               chunk_bytes: int = TREE_CHUNK_BYTES) -> CollectiveCost:
     return _forced("allreduce", "tree")(
-        topology, count, itemsize, channels=channels, protocol=protocol,
+        machine, count, itemsize, channels=channels, protocol=protocol,
         chunk_bytes=0 if chunk_bytes == TREE_CHUNK_BYTES else chunk_bytes)
 
 
-def _nvls_allreduce_cost(topology: Topology, count: int, itemsize: int, op: ReduceOp = SUM,
+def _nvls_allreduce_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
                          channels: int = NVLS_CHANNELS, chunk_bytes: int = 0
                          ) -> CollectiveCost:
     if type(channels) is not int or channels < 1:
         raise ValueError(f"channels must be an int >= 1, got {channels!r}")
-    return _forced("allreduce", "nvls")(topology, count, itemsize, channels=channels,
+    return _forced("allreduce", "nvls")(machine, count, itemsize, channels=channels,
                                         chunk_bytes=chunk_bytes)
 
 
-def _nccl_allreduce_cost(topology: Topology, count: int, itemsize: int, op: ReduceOp = SUM,
+def _nccl_allreduce_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
                          algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0
                          ) -> CollectiveCost:
-    return _tuned_cost(topology, "allreduce", count, itemsize, algorithm, protocol, channels,
+    return _tuned_cost(machine, "allreduce", count, itemsize, algorithm, protocol, channels,
                        ALLREDUCE_ALGORITHMS)
 
 
-def _nccl_reduce_scatter_cost(topology: Topology, count: int, itemsize: int,
+def _nccl_reduce_scatter_cost(machine: Machine, count: int, itemsize: int,
                               op: ReduceOp = SUM, protocol: str = AUTO, channels: int = 0
                               ) -> CollectiveCost:
-    return _tuned_cost(topology, "reducescatter", count, itemsize, AUTO, protocol, channels)
+    return _tuned_cost(machine, "reducescatter", count, itemsize, AUTO, protocol, channels)
 
 
-def _nccl_all_gather_cost(topology: Topology, count: int, itemsize: int, protocol: str = AUTO,
+def _nccl_all_gather_cost(machine: Machine, count: int, itemsize: int, protocol: str = AUTO,
                           channels: int = 0) -> CollectiveCost:
-    return _tuned_cost(topology, "allgather", count, itemsize, AUTO, protocol, channels)
+    return _tuned_cost(machine, "allgather", count, itemsize, AUTO, protocol, channels)
 
 
 def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, comm: Comm
@@ -590,10 +603,13 @@ def has_model(algorithm: Callable[..., Any]) -> bool:
 
 
 def collective_cost(algorithm: Callable[..., Any], count: int, itemsize: int,
-                    topology: Topology, /, **params: Any) -> CollectiveCost:
-    """The cost of ``algorithm`` on ``topology`` with ``count`` elements of ``itemsize``
-    bytes per rank, all ranks starting together; ``params`` go to the algorithm."""
-    return _model(algorithm).cost(topology, count, itemsize, **params)
+                    machine: Topology | Machine, /, **params: Any) -> CollectiveCost:
+    """The cost of ``algorithm`` on a topology (or a ``Machine``) with ``count`` elements of
+    ``itemsize`` bytes per rank, all ranks starting together; ``params`` go to the
+    algorithm."""
+    if not isinstance(machine, Machine):
+        machine = Machine(machine)
+    return _model(algorithm).cost(machine, count, itemsize, **params)
 
 
 def _model(algorithm: Callable[..., Any]) -> _Model:
@@ -639,9 +655,11 @@ def describe_level(asked: str, level: str) -> str:
 
 
 def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
-                         topology: Topology, /, **params: Any) -> SimResult:
+                         topology: Topology, /, tuner: Tuner | None = None, **params: Any
+                         ) -> SimResult:
     """``simulate``'s result at the collective level: times and link traffic from
-    ``collective_cost``, no data (``results`` are None) and no op trace."""
+    ``collective_cost`` (NCCL-class choices made by ``tuner``, the model's by default), no
+    data (``results`` are None) and no op trace."""
     model = _model(algorithm)
     shapes = {(len(buf), np.dtype(buf.dtype)) for buf in inputs}
     if any(not isinstance(buf, SizeOnly) for buf in inputs):
@@ -650,7 +668,7 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
         raise ValueError(f"the collective level needs one buffer length and dtype on every "
                          f"rank, got {len(shapes)} different ones")
     (count, dtype), = shapes
-    cost = model.cost(topology, count, dtype.itemsize, **params)
+    cost = model.cost(Machine(topology, tuner), count, dtype.itemsize, **params)
     links = [] if cost.link_bytes is None or cost.link_busy is None else [
         LinkStats(link, int(cost.link_bytes[i]), float(cost.link_busy[i]))
         for i, link in enumerate(topology.links)]
@@ -661,13 +679,15 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
 class TimedCollective:
     """``algorithm`` as one timed event, for a training step run at the collective level on
     one rank that stands for all (``simcomm.training``): called as the algorithm is, it
-    sleeps (``Sleep``) for the collective's cost on ``topology`` and returns what the
-    algorithm returns (size-only). ``costs`` lists every call's cost, in order."""
+    sleeps (``Sleep``) for the collective's cost on the topology (or ``Machine``) and
+    returns what the algorithm returns (size-only). ``costs`` lists every call's cost, in
+    order."""
 
-    def __init__(self, algorithm: Callable[..., Any], topology: Topology, /, **params: Any
-                 ) -> None:
+    def __init__(self, algorithm: Callable[..., Any], machine: Topology | Machine, /,
+                 **params: Any) -> None:
         self.model = _model(algorithm)
-        self.algorithm, self.topology, self.params = algorithm, topology, params
+        self.algorithm, self.params = algorithm, params
+        self.machine = machine if isinstance(machine, Machine) else Machine(machine)
         self.costs: list[CollectiveCost] = []
         self._known: dict[tuple[Any, ...], CollectiveCost] = {}
         self.__name__ = algorithm.__name__
@@ -677,7 +697,7 @@ class TimedCollective:
         key = (len(buf), buf.dtype, tuple(sorted(params.items(), key=lambda item: item[0])))
         cost = self._known.get(key)
         if cost is None:
-            cost = self._known[key] = self.model.cost(self.topology, len(buf),
+            cost = self._known[key] = self.model.cost(self.machine, len(buf),
                                                       buf.dtype.itemsize, **params)
         self.costs.append(cost)
         yield Sleep(cost.time, f"{self.__name__} {format_bytes(buf.nbytes)}")

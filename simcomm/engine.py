@@ -798,13 +798,12 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                          all(isinstance(buf, SizeOnly) for buf in inputs), params=params)
     if level == "collective":
         given = [name for name, value in (("trace", trace), ("eager_limit", eager_limit),
-                                          ("jitter", jitter), ("tuner", tuner))
-                 if value is not None]
+                                          ("jitter", jitter)) if value is not None]
         if given:
             raise ValueError(f"{', '.join(given)}: message-level options, but level is "
                              "collective")
         check_ranks(topology, inputs)
-        return run_collective_level(algorithm, inputs, topology, **params)
+        return run_collective_level(algorithm, inputs, topology, tuner, **params)
     if trace is not None and not record:
         raise ValueError("trace= writes the op trace, so it needs record=True")
     if jitter is not None and not isinstance(jitter, Jitter):

@@ -197,6 +197,15 @@ class Topology:
             path = self._routes[key] = self._shortest_path(src, dst)
         return path
 
+    def route_matrix(self, src: Sequence[int] | np.ndarray, dst: Sequence[int] | np.ndarray
+                     ) -> np.ndarray:
+        """The routes from each ``src[i]`` to ``dst[i]`` as rows of link indices, padded at
+        the end with -1 (an int64 array of shape (pairs, links of the longest route))."""
+        routes = [self.route(int(a), int(b)) for a, b in zip(src, dst)]
+        width = max((len(route) for route in routes), default=0)
+        return np.array([route + (-1,) * (width - len(route)) for route in routes],
+                        dtype=np.int64).reshape(len(routes), width)
+
     def _shortest_path(self, src: int, dst: int) -> tuple[int, ...]:
         # Fewest hops, then the fattest path, then link order: Dijkstra on (hops, -bottleneck
         # bandwidth, link indices), run only over the links that lie on some path of the

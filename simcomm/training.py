@@ -34,7 +34,7 @@ from algorithms.fsdp import BACKWARD_PRE, fsdp_channels, fsdp_step, padded_size
 from algorithms.models import Model
 from algorithms.ops import Comm
 from simcomm.buffers import SizeOnly
-from simcomm.collective_level import TimedCollective, choose_level
+from simcomm.collective_level import Machine, TimedCollective, choose_level
 from simcomm.engine import simulate
 from simcomm.results import SimResult
 from simcomm.summary import covered_time
@@ -310,8 +310,9 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
                "reshard_after_forward": reshard_after_forward}
     calls = 3 * len(model.layers)  # gathers for forward and backward, and a scatter
     if choose_level(level, all_gather, p, calls=calls) == "collective":
-        collectives = [TimedCollective(all_gather, topology),
-                       TimedCollective(reduce_scatter, topology)]
+        machine = Machine(topology)
+        collectives = [TimedCollective(all_gather, machine),
+                       TimedCollective(reduce_scatter, machine)]
         result = run_at_collective_level(
             _fsdp_rank, topology, collectives, trace=trace, model=model, flat=flat,
             shards=shards, options=options, all_gather_algorithm=collectives[0],

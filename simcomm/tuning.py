@@ -28,11 +28,12 @@ close. ``tests/test_tuning.py`` holds them to the message-level times.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from algorithms.nccl import rail_ring, ring_slices
-from algorithms.nccl_tree import TREE_CHUNK_BYTES, tree_position
+from algorithms.nccl_tree import TREE_CHUNK_BYTES, tree_parents
 from algorithms.nvls import NVLS_CHANNELS, nvls_chunk_bytes, pipeline_chunks
 from algorithms.ops import Choice, Comm, Protocol
 from simcomm.topology import WIRE_EFFICIENCY, Topology
@@ -47,6 +48,15 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """Rings' or trees' costs that do not depend on the bytes (``ModelTuner._shape``)."""
+
+    latency: np.ndarray  # per ring or tree: seconds of latency along its way
+    per_byte: np.ndarray  # per ring or tree: seconds per byte along its way
+    busiest: float  # seconds per byte of a part on the busiest link or sender's pipe
+
+
 class ModelTuner:
     """A ``Tuner`` (``algorithms.ops.Tuner``) for ``topology``: for each call the candidate
     with the least estimated time. Choices are cached per (collective, bytes)."""
@@ -56,6 +66,7 @@ class ModelTuner:
         # Rings and trees alike run one channel per rank of a node: every NIC busy.
         self.channels = topology.local_size or topology.size
         self._choices: dict[tuple[str, int], Choice] = {}
+        self._shapes: dict[tuple[str, int, Protocol], _Shape] = {}
 
     def __call__(self, collective: str, nbytes: int) -> Choice:
         key = (collective, nbytes)
@@ -92,9 +103,9 @@ class ModelTuner:
             return launch
         comm = Comm(0, p, self.topology.local_size)
         if choice.algorithm == "ring":
-            rings = [rail_ring(comm, c) for c in range(choice.channels)]
             steps = 2 * (p - 1) if collective == "allreduce" else p - 1
-            return launch + self._rings(rings, steps, nbytes / (choice.channels * p), protocol)
+            return launch + self._rings(comm, choice.channels, steps,
+                                        nbytes / (choice.channels * p), protocol)
         if choice.algorithm == "tree" and collective == "allreduce":
             return launch + self._trees(comm, choice.channels, nbytes, protocol)
         if choice.algorithm == "nvls" and collective == "allreduce":
@@ -106,37 +117,13 @@ class ModelTuner:
         ``nbytes``, pipelined in chunks of ``TREE_CHUNK_BYTES``, all at once."""
         part = nbytes / channels
         chunks = max(1, math.ceil(part / TREE_CHUNK_BYTES))
-        load: defaultdict[int, float] = defaultdict(float)  # link -> bytes
-        sent: defaultdict[int, float] = defaultdict(float)  # rank -> bytes
-        trees = []  # per channel: each rank's parent, and its deepest rank
-        for channel in range(channels):
-            parents, deepest = {}, (-1, -1)
-            for rank in range(comm.size):
-                parent, _, depth = tree_position(Comm(rank, comm.size, comm.local_size),
-                                                 channel, 2 * channel // channels)
-                parents[rank], deepest = parent, max(deepest, (depth, rank))
-                if parent != -1:  # a part goes up this edge and comes back down
-                    for src, dst in ((rank, parent), (parent, rank)):
-                        sent[src] += part
-                        for i in self.topology.route(src, dst):
-                            load[i] += part
-            trees.append((parents, deepest[1]))
-        # A chunk's way from the deepest rank to the root and back.
-        path = latency = 0.0  # the way's seconds, and its latencies alone
-        links = self.topology.links
-        for parents, rank in trees:
-            trip = hops = 0.0
-            while parents[rank] != -1:
-                for src, dst in ((rank, parents[rank]), (parents[rank], rank)):
-                    route = self.topology.route(src, dst)
-                    hops += sum(links[i].latency_of(protocol) for i in route)
-                    trip += part / chunks / self._rate(route, protocol, channels)
-                rank = parents[rank]
-            path, latency = max(path, trip + hops), max(latency, hops)
-        # The first chunk pays the whole way; the others follow at the busiest link's pace;
-        # and no link, or GPU's pipe, carries its bytes faster than its bandwidth, the way's
-        # latencies aside.
-        busiest = self._busiest(load, sent, protocol)
+        shape = self._shape("tree", comm, channels, protocol)
+        # A chunk's way from the deepest rank to the root and back: the first chunk pays
+        # the whole way; the others follow at the busiest link's pace; and no link, or
+        # GPU's pipe, carries its bytes faster than its bandwidth, the way's latencies aside.
+        path = float((shape.latency + part / chunks * shape.per_byte).max())
+        latency = float(shape.latency.max())
+        busiest = part * shape.busiest
         return max(path + busiest * (chunks - 1) / chunks, latency + busiest)
 
     def _nvls(self, channels: int, nbytes: int) -> float:
@@ -151,47 +138,82 @@ class ModelTuner:
         # While the first chunks go up the downlinks idle, for about a slice of a chunk.
         return 2 * step + nbytes * (p + 1) / p / rate + nbytes / chunks / p / rate
 
-    def _rings(self, rings: Sequence[Sequence[int]], steps: int, chunk: float,
+    def _rings(self, comm: Comm, channels: int, steps: int, chunk: float,
                protocol: Protocol) -> float:
-        """Seconds for every ring in ``rings`` to move ``steps`` chunks of ``chunk`` bytes
-        per hop, each in slices (``ring_slices``), pipelined, all at once."""
-        links = self.topology.links
+        """Seconds for ``channels`` rings (``rail_ring``) to move ``steps`` chunks of
+        ``chunk`` bytes per hop, each in slices (``ring_slices``), pipelined, all at once."""
         slices = ring_slices(math.ceil(chunk))
-        load: defaultdict[int, float] = defaultdict(float)  # link -> bytes
-        sent: defaultdict[int, float] = defaultdict(float)  # rank -> bytes
-        path = 0.0
-        for ring in rings:
-            if len(ring) < 2:
-                continue
-            latency = moving = 0.0  # seconds for a slice once around this ring
-            for j, src in enumerate(ring):
-                route = self.topology.route(src, ring[(j + 1) % len(ring)])
-                sent[src] += steps * chunk
-                for i in route:
-                    load[i] += steps * chunk
-                latency += sum(links[i].latency_of(protocol) for i in route)
-                moving += chunk / slices / self._rate(route, protocol, len(rings))
-            # The first slice's way through every step, then the other slices behind it.
-            hop = moving / len(ring)
-            path = max(path, (latency + moving) * steps / len(ring) + (slices - 1) * hop)
-        return max(path, self._busiest(load, sent, protocol))
+        shape = self._shape("ring", comm, channels, protocol)
+        # Per ring: a slice once around it, then the first slice's way through every step
+        # and the other slices behind it.
+        moving = chunk / slices * shape.per_byte
+        hop = moving / comm.size
+        path = float(((shape.latency + moving) * steps / comm.size + (slices - 1) * hop).max())
+        return max(path, steps * chunk * shape.busiest)
 
-    def _rate(self, route: Sequence[int], protocol: Protocol, channels: int) -> float:
-        """Bytes per second of one channel's message along ``route``: its slowest link's
-        data rate, or the channel's share of its GPU's rate if that is less."""
-        rate = WIRE_EFFICIENCY[protocol] * min(self.topology.links[i].bandwidth for i in route)
-        return min(rate, self._gpu_rate(protocol) / channels)
+    def _shape(self, kind: str, comm: Comm, channels: int, protocol: Protocol) -> _Shape:
+        """What an estimate of ``channels`` rings or trees needs, whatever the bytes
+        (cached): per ring or tree, the latency and the seconds per byte of its way (a ring
+        once around, a tree's deepest rank to the root and back), and the seconds per byte
+        of a part on the busiest link or the busiest sender's pipe."""
+        key = (kind, channels, protocol)
+        if key not in self._shapes:
+            if kind == "ring":
+                orders = np.array([rail_ring(comm, c) for c in range(channels)])
+                src, dst = orders.ravel(), np.roll(orders, -1, axis=1).ravel()
+                ways = [np.arange(c * comm.size, (c + 1) * comm.size) for c in range(channels)]
+            else:
+                src, dst, ways = self._tree_edges(comm, channels)
+            routes = self.topology.route_matrix(src, dst)
+            latency, per_byte = self._route_costs(routes, protocol, channels)
+            links = self.topology.links
+            bandwidth = np.array([link.bandwidth for link in links] + [np.inf])
+            crossing = np.bincount(routes[routes >= 0], minlength=len(links) + 1)
+            on_link = float((crossing / bandwidth).max()) / WIRE_EFFICIENCY[protocol]
+            on_pipe = float(np.bincount(src).max()) / self._gpu_rate(protocol)
+            self._shapes[key] = _Shape(np.array([latency[way].sum() for way in ways]),
+                                       np.array([per_byte[way].sum() for way in ways]),
+                                       max(on_link, on_pipe))
+        return self._shapes[key]
+
+    def _tree_edges(self, comm: Comm, channels: int
+                    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Every edge of ``channels`` trees, both ways (a part goes up and comes back
+        down), and per tree the edges of its deepest rank's round trip to the root."""
+        src, dst, ways = [], [], []
+        for channel in range(channels):
+            parents, depths = tree_parents(comm.size, comm.ranks_per_node, channel,
+                                           2 * channel // channels)
+            children = np.nonzero(parents != -1)[0]
+            first = sum(len(edges) for edges in src)
+            src += [children, parents[children]]
+            dst += [parents[children], children]
+            # The deepest rank (the highest of them): its edges up, each with its way down.
+            rank, way = int(np.flatnonzero(depths == depths.max())[-1]), []
+            where = {int(child): k for k, child in enumerate(children)}
+            while parents[rank] != -1:
+                way += [first + where[rank], first + len(children) + where[rank]]
+                rank = int(parents[rank])
+            ways.append(np.array(way, dtype=np.int64))
+        return np.concatenate(src), np.concatenate(dst), ways
+
+    def _route_costs(self, routes: np.ndarray, protocol: Protocol, channels: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Per route (a row of link indices, -1 padded): its latency under ``protocol``,
+        and the seconds per byte of one channel's message along it: its slowest link's data
+        rate, or the channel's share of its GPU's rate if that is less."""
+        links = self.topology.links
+        used = np.unique(routes[routes >= 0])
+        latency_of, bandwidth_of = np.zeros(len(links) + 1), np.full(len(links) + 1, np.inf)
+        for i in used.tolist():
+            latency_of[i] = links[i].latency_of(protocol)
+            bandwidth_of[i] = links[i].bandwidth
+        rate = WIRE_EFFICIENCY[protocol] * bandwidth_of[routes].min(axis=1, initial=np.inf)
+        rate = np.minimum(rate, self._gpu_rate(protocol) / channels)
+        return latency_of[routes].sum(axis=1), 1.0 / rate
 
     def _gpu_rate(self, protocol: Protocol) -> float:
         """What one GPU's kernels move per second under ``protocol``, all channels
         together."""
         rate = self.topology.injection_bandwidth
         return min(rate, self.topology.ll_bandwidth) if protocol is Protocol.LL else rate
-
-    def _busiest(self, load: dict[int, float], sent: dict[int, float],
-                 protocol: Protocol) -> float:
-        """Seconds the busiest link, or the busiest sender's kernels, take for its bytes."""
-        links = self.topology.links
-        busiest = max((bytes_ / links[i].bandwidth for i, bytes_ in load.items()), default=0.0)
-        busiest /= WIRE_EFFICIENCY[protocol]
-        return max(busiest, max(sent.values(), default=0.0) / self._gpu_rate(protocol))

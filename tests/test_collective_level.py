@@ -274,3 +274,15 @@ def test_a_binomial_tree_on_a_power_of_two_ranks_is_exact(spec) -> None:
     message, collective = _both_levels(reduce_broadcast_allreduce, make_preset(spec), 2**18,
                                        np.float32, tree=True, op=AVG)
     _check_equal(message, collective)
+
+
+def test_a_tuner_given_chooses_at_the_collective_level_too() -> None:
+    from algorithms import Choice, Protocol, nccl_allreduce
+    topology = make_preset("cluster-h100:nodes=2")
+    inputs = [SizeOnly(2**20, np.float32)] * topology.size
+    forced = simulate(nccl_allreduce, inputs, topology, level="collective",
+                      tuner=lambda collective, nbytes: Choice("tree", Protocol.LL128, 4))
+    named = simulate(nccl_allreduce, inputs, topology, level="collective", algorithm="tree",
+                     protocol="ll128", channels=4)
+    default = simulate(nccl_allreduce, inputs, topology, level="collective")
+    assert forced.time == named.time != default.time

@@ -181,3 +181,15 @@ def test_the_tree_beats_the_ring_on_small_calls_across_nodes(protocol) -> None:
         return simulate(algorithm, inputs, topology, record=False, protocol=protocol).time
 
     assert time(nccl_tree_allreduce) < time(nccl_ring_allreduce)
+
+
+@pytest.mark.parametrize("size, per_node", [(1, 1), (2, 2), (8, 8), (24, 8), (40, 8), (7, 1),
+                                            (12, 4), (96, 8), (30, 3)])
+def test_tree_parents_gives_every_rank_its_tree_position(size, per_node) -> None:
+    from algorithms.nccl_tree import tree_parents
+    for channel in range(2 * per_node):
+        for tree in (0, 1):
+            parents, depths = tree_parents(size, per_node, channel, tree)
+            for rank in range(size):
+                parent, _, depth = tree_position(Comm(rank, size, per_node), channel, tree)
+                assert (parents[rank], depths[rank]) == (parent, depth)
