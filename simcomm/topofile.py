@@ -71,6 +71,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import tomli_w
+
 from simcomm.presets import PRESETS, is_preset_spec, make_preset
 from simcomm.topology import (
     NO_LAUNCH_LATENCY, Link, PerProtocol, Topology, fully_connected, hierarchical, ring, switch,
@@ -443,22 +445,6 @@ def _check_routes(reader: _Reader, topology: Topology) -> None:
 
 # -- writing ----------------------------------------------------------------------------------
 
-def _toml_string(text: str) -> str:
-    escaped = []
-    for ch in text:
-        if ch in '"\\':
-            escaped.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            escaped.append(f"\\u{ord(ch):04x}")
-        else:
-            escaped.append(ch)
-    return '"' + "".join(escaped) + '"'
-
-
-def _toml_list(items: Iterable[str]) -> str:
-    return "[" + ", ".join(_toml_string(i) for i in items) + "]"
-
-
 def _exact(value: float, units: tuple[tuple[float, str], ...],
            parse: Callable[[str], float]) -> str:
     """The shortest text of ``value`` in one of ``units`` that ``parse`` reads back to exactly
@@ -505,40 +491,37 @@ def dump_topology(topology: Topology) -> str:
     written once, as a duplex entry, so link order (which breaks routing ties) survives. A
     topology without launch latencies or LL and LL128 latencies is written without their keys.
     """
-    lines = ["# simcomm topology file: see docs/topologies.md",
-             f"name = {_toml_string(topology.name)}"]
+    doc: dict[str, Any] = {"name": topology.name}
     ranked = set(topology.ranks)
     gpus = [n for n in topology.nodes if n in ranked]
     switches = [n for n in topology.nodes if n not in ranked]
     if gpus + switches == list(topology.nodes):
-        lines.append(f"gpus = {_toml_list(gpus)}")
+        doc["gpus"] = gpus
         if switches:
-            lines.append(f"switches = {_toml_list(switches)}")
+            doc["switches"] = switches
         if list(topology.ranks) != gpus:
-            lines.append(f"ranks = {_toml_list(topology.ranks)}")
+            doc["ranks"] = list(topology.ranks)
     else:
-        lines.append(f"nodes = {_toml_list(topology.nodes)}")
-        lines.append(f"ranks = {_toml_list(topology.ranks)}")
+        doc["nodes"], doc["ranks"] = list(topology.nodes), list(topology.ranks)
     if topology.local_size is not None:
-        lines.append(f"local_size = {topology.local_size}")
+        doc["local_size"] = topology.local_size
     launch = topology.launch_latency
     if launch != NO_LAUNCH_LATENCY:
         simple_key, ll_key, ll128_key = _LAUNCH_KEYS
-        lines.append(f"{simple_key} = {_toml_string(format_latency(launch.simple))}")
+        doc[simple_key] = format_latency(launch.simple)
         for key, seconds in ((ll_key, launch.ll), (ll128_key, launch.ll128)):
             if seconds != launch.simple:
-                lines.append(f"{key} = {_toml_string(format_latency(seconds))}")
+                doc[key] = format_latency(seconds)
     for key in ("ll_bandwidth", "injection_bandwidth"):
         rate = getattr(topology, key)
         if math.isfinite(rate):
-            lines.append(f"{key} = {_toml_string(format_bandwidth(rate))}")
+            doc[key] = format_bandwidth(rate)
     if topology.reducing_switches:
-        lines.append(f"reducing_switches = {_toml_list(topology.reducing_switches)}")
+        doc["reducing_switches"] = list(topology.reducing_switches)
     if topology.switch_efficiency != 1.0:
-        lines.append(f"switch_efficiency = {topology.switch_efficiency!r}")
+        doc["switch_efficiency"] = topology.switch_efficiency
     if topology.switch_latency:
-        lines.append(f"switch_latency = "
-                     f"{_toml_string(format_latency(topology.switch_latency))}")
+        doc["switch_latency"] = format_latency(topology.switch_latency)
     links = topology.links
     reduce_default = _most_common(topology.reduce_bandwidth)
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}
@@ -556,30 +539,29 @@ def dump_topology(topology: Topology) -> str:
                        if figures[field] is not None},
                     **({"gap": format_latency(figures["gap"])} if figures["gap"] else {}),
                     **defaults}
-    lines.append("defaults = { " + ", ".join(f"{k} = {_toml_string(v)}"
-                                             for k, v in defaults.items()) + " }")
-    overrides = [f"{_toml_string(node)} = {_toml_string(format_bandwidth(bw))}"
+    doc["defaults"] = defaults
+    overrides = {node: format_bandwidth(bw)
                  for node, bw in zip(topology.ranks, topology.reduce_bandwidth)
-                 if bw != reduce_default]
+                 if bw != reduce_default}
     if overrides:
-        lines.append("reduce_bandwidth = { " + ", ".join(overrides) + " }")
+        doc["reduce_bandwidth"] = overrides
     keys = (("bandwidth", "bandwidth", format_bandwidth), ("latency", "latency", format_latency),
             *((key, field, format_latency) for key, field in _PROTOCOL_LATENCIES),
             ("gap", "gap", format_latency))
-    lines.append("link = [")
+    entries = []
     i = 0
     while i < len(links):
         link = links[i]
-        fields = [f"src = {_toml_string(link.src)}", f"dst = {_toml_string(link.dst)}"]
+        entry: dict[str, Any] = {"src": link.src, "dst": link.dst}
         for key, field, write in keys:
             value = getattr(link, field)
             if value != figures[field]:  # None only where the default is None too
-                fields.append(f"{key} = {_toml_string(write(value))}")
+                entry[key] = write(value)
         if i + 1 < len(links) and links[i + 1] == replace(link, src=link.dst, dst=link.src):
             i += 2
         else:
-            fields.append("duplex = false")
+            entry["duplex"] = False
             i += 1
-        lines.append("  { " + ", ".join(fields) + " },")
-    lines.append("]")
-    return "\n".join(lines) + "\n"
+        entries.append(entry)
+    doc["link"] = entries
+    return "# simcomm topology file: see docs/topologies.md\n" + tomli_w.dumps(doc, indent=2)
