@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tqdm import tqdm
+
 from algorithms.harness.bench import (
     AVERAGES, BenchConfig, RowWriter, parse_size, parse_sizes, size_range,
 )
@@ -57,7 +59,7 @@ from simcomm.results import SimResult
 from simcomm.summary import format_summary
 from simcomm.sweep import (
     DEFAULT_ALGORITHMS, DEFAULT_BANDWIDTHS, DEFAULT_LATENCIES, DEFAULT_RANKS, DEFAULT_SIZES,
-    DEFAULT_TOPOLOGIES, Grid, ProgressBar, default_jobs, point_key, row_key, run_sweep,
+    DEFAULT_TOPOLOGIES, Grid, default_jobs, point_key, row_key, run_sweep,
     split_list,
 )
 from simcomm.sweep_csv import Series, SweepRow, read_bench_csv, read_csv, write_csv
@@ -564,8 +566,10 @@ def sweep(args: argparse.Namespace) -> int:
         def save(row: SweepRow) -> None:
             write_csv([row], stream, header=False)
             stream.flush()
-        new = run_sweep(todo, args.jobs, ProgressBar(sys.stderr) if show and todo else None,
-                        args.scheduler, save)
+        with tqdm(total=len(todo), desc="sweep", unit="point", file=sys.stderr,
+                  disable=not (show and todo), mininterval=0) as bar:
+            new = run_sweep(todo, args.jobs, lambda done, total: bar.update(1), args.scheduler,
+                            save)
     seconds = time.perf_counter() - started
     order = {point_key(point, type_name): i for i, point in enumerate(points)}
     rows = sorted(kept + new, key=lambda row: order[row_key(row)])

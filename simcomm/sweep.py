@@ -9,7 +9,6 @@
   in ``jobs`` local processes or on a dask.distributed cluster (one task per point); rows
   come back in the order of the points whatever the order in which they finish, so the
   output does not depend on where they ran, and each is handed on as it finishes.
-  ``ProgressBar`` draws their progress.
 
 What becomes of the rows is elsewhere: ``simcomm.sweep_csv`` writes and reads them,
 ``simcomm.crossover`` finds which algorithm wins where, ``simcomm.plots`` draws them.
@@ -29,7 +28,6 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO
 
 from algorithms.harness.bench import CSV_HEADER, size_range
 from algorithms.harness.catalog import is_user_algorithm
@@ -221,18 +219,3 @@ def _executor(jobs: int, scheduler: str | None, total: int) -> Iterator[Executor
     else:
         with ProcessPoolExecutor(max_workers=min(jobs, total)) as pool:
             yield pool
-
-
-class ProgressBar:
-    """A one-line progress bar redrawn with a carriage return: ``[#####.....] 12/40``."""
-
-    def __init__(self, stream: IO[str], label: str = "sweep", width: int = 30) -> None:
-        self.stream, self.label, self.width = stream, label, width
-
-    def __call__(self, done: int, total: int) -> None:
-        filled = self.width * done // total if total else self.width
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
-                          f"{done}/{total}")
-        if done >= total:
-            self.stream.write("\n")
-        self.stream.flush()

@@ -146,8 +146,7 @@ def test_progress_bar_on_request(capsys: pytest.CaptureFixture[str], tmp_path: P
     status, _, err = run(capsys, "sweep", "--sizes", "1KiB,2KiB", "--jobs", "2", "--progress",
                          "--no-plots", "--out", str(tmp_path))
     assert status == 0
-    frames = err.split("\r")[1:]
-    assert len(frames) == 6 and frames[-1] == "sweep [" + "#" * 30 + "] 6/6\n"
+    assert "sweep: 100%" in err and "6/6" in err.split("\r")[-1]
 
 
 def test_plot_from_csv_with_measured_results(capsys: pytest.CaptureFixture[str],
