@@ -27,6 +27,8 @@ from algorithms.harness.cli import output_file
 from algorithms.harness.model_presets import DEFAULT_THROUGHPUT, PRESET_MODELS, preset_model
 from algorithms.models import Model
 from simcomm.collective_level import describe_level
+from simcomm.kineto_trace import write_kineto_traces
+from simcomm.results import SimResult
 from simcomm.topology import Topology
 from simcomm.training import (
     FSDPReport, StepReport, bucket_sweep, no_sharding_memory, sent_bytes, simulate_ddp,
@@ -67,7 +69,21 @@ def add_ddp_parser(commands: argparse._SubParsersAction,
                         help="with --sweep-buckets: draw step and exposed time against the cap")
     parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the DDP step as a Chrome trace-event file (Perfetto)")
+    _add_kineto_argument(parser)
     add_topology_arguments(parser)
+
+
+def _add_kineto_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kineto", metavar="DIR",
+                        help="write the step as one torch-profiler-shaped trace per rank "
+                             "(DIR/rank_N.json), for Holistic Trace Analysis")
+
+
+def _write_kineto(folder: str | None, result: SimResult) -> None:
+    if folder:
+        paths = write_kineto_traces(result, folder)
+        print(f"# wrote {len(paths)} trace{'s' * (len(paths) > 1)} to {folder}",
+              file=sys.stderr)
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +124,7 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
                           overlap=not args.no_overlap, trace=args.trace, **options)
     print(f"# {describe_level(args.level, report.result.level)}")
     print(report.format())
+    _write_kineto(args.kineto, report.result)
     if args.compare:
         others = [simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
                                overlap=args.no_overlap, **options),
@@ -177,6 +194,7 @@ def add_fsdp_parser(commands: argparse._SubParsersAction,
                         help="draw each rank's memory over the step")
     parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the step as a Chrome trace-event file (Perfetto)")
+    _add_kineto_argument(parser)
     add_topology_arguments(parser)
 
 
@@ -192,6 +210,7 @@ def run_fsdp(args: argparse.Namespace, topology: Topology) -> int:
     report = simulate_fsdp(model, topology, trace=args.trace, **options)
     print(f"# {describe_level(args.level, report.result.level)}")
     print(report.format())
+    _write_kineto(args.kineto, report.result)
     print(f"  (without sharding: {no_sharding_memory(model) / 2**20:.1f} MiB)")
     if args.compare:
         variants = {
