@@ -166,6 +166,9 @@ def _add_topology_arguments(parser: argparse.ArgumentParser) -> None:
                           help="hierarchical: network link bandwidth (default --bandwidth)")
     topology.add_argument("--inter-latency", metavar="TIME",
                           help="hierarchical: latency across nodes (default --latency)")
+    topology.add_argument("--compute-speed", metavar="RANK=FACTOR,...",
+                          help="ranks that compute at another speed than the nominal one, "
+                               "e.g. 3=0.8 (rank 3 20%% slow); any topology")
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -263,6 +266,28 @@ _BUILDER_ONLY = ("bandwidth", "latency", "reduce_bandwidth", "gpus_per_node",
 
 
 def _topology_from_args(args: argparse.Namespace) -> Topology:
+    topology = _machine_from_args(args)
+    if args.compute_speed is None:
+        return topology
+    return topology.with_compute_speed(_compute_speeds(args.compute_speed))
+
+
+def _compute_speeds(text: str) -> dict[int, float]:
+    """``--compute-speed 3=0.8,5=0.9`` as {rank: factor}."""
+    speeds = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        rank, eq, factor = item.partition("=")
+        try:
+            speeds[int(rank)] = float(factor)
+        except ValueError:
+            raise ValueError(f"--compute-speed: {item!r} is not RANK=FACTOR (3=0.8: rank 3 "
+                             "computes at 0.8 of the nominal speed)") from None
+        if not eq or not 0 < speeds[int(rank)] < float("inf"):
+            raise ValueError(f"--compute-speed: {item!r}: the factor must be a number > 0")
+    return speeds
+
+
+def _machine_from_args(args: argparse.Namespace) -> Topology:
     if args.topology is None or is_builder(args.topology):
         missing = [f"--{flag}" for flag in ("ranks", "topology", "bandwidth", "latency")
                    if getattr(args, flag) is None]

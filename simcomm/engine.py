@@ -40,7 +40,8 @@ Cost model (alpha-beta with contention):
   when its receive is posted, pulled).
 * A reducing receive, a ``Combine``, a ``Copy`` and a ``Divide`` of n bytes take
   n / reduce_bandwidth seconds on the rank's memory, one at a time. ``Compute`` runs on
-  the rank's compute stream, one at a time, concurrently with communication.
+  the rank's compute stream, one at a time, concurrently with communication, for its
+  seconds over the rank's ``Topology.compute_speed``.
 
 Data move when a handle is waited (see ``algorithms.ops``); a send's data is taken when it
 is posted, and waiting checks that the algorithm left the send buffer untouched meanwhile.
@@ -220,6 +221,7 @@ class _Simulation(Interpreter):
         self.simple_routes: dict[tuple[int, int], Route] = {}
         self.routes = {Protocol.SIMPLE: self.simple_routes, Protocol.LL: {}, Protocol.LL128: {}}
         self.memory_free = [0] * self.size  # ticks
+        self.compute_speed = [topology.speed_of(rank) for rank in range(self.size)]
         self.compute_free = [0] * self.size
         self.memory_per_byte = [TICKS_PER_SECOND / bandwidth
                                 for bandwidth in topology.reduce_bandwidth]
@@ -637,7 +639,7 @@ class _Simulation(Interpreter):
     def compute(self, task: _Task, op: Compute) -> Any:
         rank = task.rank
         start = max(self.env.now, self.compute_free[rank])
-        seconds = op.seconds
+        seconds = op.seconds / self.compute_speed[rank]
         if self.jitter is not None:
             seconds += self.jitter_rng.uniform(0.0, self.jitter.max_delay)
         end = self.compute_free[rank] = start + _ticks(seconds)

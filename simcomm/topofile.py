@@ -30,6 +30,9 @@ Two forms. The explicit form lists nodes and links::
     [reduce_bandwidth]               # per GPU (optional)
     gpu1 = "1TB/s"
 
+    [compute_speed]                  # per GPU, against the nominal speed (optional):
+    gpu1 = 0.8                       # gpu1's Compute ops take 1 / 0.8 as long
+
     [[link]]
     src = ["gpu0", "gpu1"]           # a name or a list: one link per (src, dst) pair
     dst = "sw"
@@ -93,7 +96,7 @@ _MACHINE_KEYS = (*_LAUNCH_KEYS, "ll_bandwidth", "injection_bandwidth", "reducing
                  "switch_efficiency",
                  "switch_latency")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
-                  "defaults", "reduce_bandwidth", "link")
+                  "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
 _PROTOCOL_LATENCIES = (("latency_ll", "ll_latency"), ("latency_ll128", "ll128_latency"))
 _DEFAULTS_KEYS = ("bandwidth", "latency", "latency_ll", "latency_ll128", "gap", "duplex",
@@ -180,6 +183,8 @@ def parse_topology(text: str, source: str = "<string>", default_name: str = "top
         topology = _from_builder(reader, data, name)
     else:
         topology = _from_tables(reader, data, name)
+    if "compute_speed" in data:
+        topology = _read_compute_speed(reader, data["compute_speed"], topology)
     _check_routes(reader, topology)
     return topology
 
@@ -238,6 +243,23 @@ def _from_tables(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
                         **machine)
     except ValueError as error:
         raise reader.error("", str(error)) from None
+
+
+def _read_compute_speed(reader: _Reader, table: Any, topology: Topology) -> Topology:
+    """``[compute_speed]``: GPU = factor of the nominal compute speed, per GPU."""
+    if not isinstance(table, dict):
+        raise reader.error("compute_speed", "must be a table of GPU = factor (gpu3 = 0.8)")
+    rank_of = {node: rank for rank, node in enumerate(topology.ranks)}
+    speeds = {}
+    for gpu, factor in table.items():
+        if gpu not in rank_of:
+            raise reader.error(f"compute_speed.{gpu}", "names no node that holds a rank")
+        if not (isinstance(factor, (int, float)) and not isinstance(factor, bool)
+                and 0 < factor < math.inf):
+            raise reader.error(f"compute_speed.{gpu}", f"must be a number > 0, got "
+                                                       f"{factor!r}")
+        speeds[rank_of[gpu]] = float(factor)
+    return topology.with_compute_speed(speeds)
 
 
 def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
@@ -397,7 +419,7 @@ def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     latencies = [key for key, parse, _ in params if parse == "latency"]
     reader.check_keys(data, ("kind", "name", *(p[0] for p in params),
                              *(key + suffix for key in latencies for suffix in _PROTOCOL_SUFFIXES),
-                             *_MACHINE_KEYS), "")
+                             *_MACHINE_KEYS, "compute_speed"), "")
     kwargs: dict[str, Any] = {}
     for key, parse, required in params:
         if key in data:
@@ -545,6 +567,10 @@ def dump_topology(topology: Topology) -> str:
                  if bw != reduce_default}
     if overrides:
         doc["reduce_bandwidth"] = overrides
+    speeds = {node: topology.speed_of(rank) for rank, node in enumerate(topology.ranks)
+              if topology.speed_of(rank) != 1.0}
+    if speeds:
+        doc["compute_speed"] = speeds
     keys = (("bandwidth", "bandwidth", format_bandwidth), ("latency", "latency", format_latency),
             *((key, field, format_latency) for key, field in _PROTOCOL_LATENCIES),
             ("gap", "gap", format_latency))

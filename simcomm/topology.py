@@ -114,7 +114,9 @@ class Topology:
     nodes that reduce and multicast in the switch (NVLink SHARP, NVLS: ``Multicast`` and
     ``RecvReduce``), whose traffic of that kind moves at ``switch_efficiency`` of its links'
     bandwidth; each such op's data wait ``switch_latency`` seconds in the switch besides
-    their links' latencies.
+    their links' latencies. ``compute_speed[r]`` is how fast rank r computes against the
+    nominal speed a ``Compute`` op's seconds are given at (0.8: a GPU 20% slow takes 1.25x
+    as long); empty means every rank at 1.
     """
 
     name: str
@@ -129,6 +131,7 @@ class Topology:
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
     switch_latency: float = 0.0
+    compute_speed: tuple[float, ...] = ()
     # Routes found so far, and each node's links out and in: made anew for every instance
     # (``dataclasses.replace`` too), so a copy with other links never sees stale routes.
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
@@ -180,6 +183,14 @@ class Topology:
             raise ValueError(f"topology {self.name!r}: switch_efficiency must be in (0, 1], "
                              f"got {self.switch_efficiency!r}")
         _check_seconds(self.switch_latency, f"topology {self.name!r}: switch_latency")
+        if self.compute_speed and len(self.compute_speed) != len(self.ranks):
+            raise ValueError(f"topology {self.name!r}: compute_speed needs one factor per rank "
+                             f"({len(self.ranks)}), got {len(self.compute_speed)}")
+        for r, speed in enumerate(self.compute_speed):
+            if not (isinstance(speed, (int, float)) and not isinstance(speed, bool)
+                    and 0 < speed < math.inf):
+                raise ValueError(f"topology {self.name!r}: rank {r} compute speed must be a "
+                                 f"number > 0, got {speed!r}")
         if type(self.launch_latency) is not PerProtocol:
             raise TypeError(f"topology {self.name!r}: launch_latency must be a PerProtocol, "
                             f"got {self.launch_latency!r}")
@@ -316,6 +327,21 @@ class Topology:
         """Total bandwidth of the links leaving rank ``rank``'s node."""
         node = self.ranks[rank]
         return sum(link.bandwidth for link in self.links if link.src == node)
+
+    def speed_of(self, rank: int) -> float:
+        """How fast ``rank`` computes against the nominal speed (``compute_speed``)."""
+        return self.compute_speed[rank] if self.compute_speed else 1.0
+
+    def with_compute_speed(self, speeds: dict[int, float]) -> Topology:
+        """A copy whose ranks in ``speeds`` compute at those factors of the nominal speed
+        (``{3: 0.8}``: rank 3 is 20% slow); the others keep theirs."""
+        factors = [self.speed_of(r) for r in range(self.size)]
+        for rank, speed in speeds.items():
+            if not (isinstance(rank, int) and 0 <= rank < self.size):
+                raise ValueError(f"compute speed for rank {rank!r}: the topology has ranks 0 "
+                                 f"to {self.size - 1}")
+            factors[rank] = speed
+        return replace(self, compute_speed=tuple(factors))
 
     def with_latency_jitter(self, seed: int, max_extra: float) -> Topology:
         """A copy whose every link latency grows by a random amount in [0, max_extra)

@@ -73,6 +73,12 @@ class StepReport:
     buckets: tuple[BucketTiming, ...]
     result: SimResult = field(repr=False, compare=False)
 
+    @property
+    def slowest(self) -> tuple[int, float, float] | None:
+        """Where ranks compute at different speeds: the rank that computed longest, its
+        compute seconds and the least any rank took; None if all took the same."""
+        return _slowest(self.result)
+
     def format(self) -> str:
         """The report as text (times in milliseconds)."""
         ms = lambda seconds: f"{seconds * 1e3:.3f} ms"  # noqa: E731
@@ -84,6 +90,10 @@ class StepReport:
                  f"  exposed   {ms(self.exposed)}  ({self.exposed / self.step:.1%} of the step)"
                  if self.step > 0 else f"  exposed   {ms(self.exposed)}",
                  f"  overlap   {self.overlap:.1%} of comm hidden behind compute"]
+        if self.slowest is not None:
+            rank, longest, least = self.slowest
+            lines.append(f"  slowest   rank {rank}: compute {ms(longest)}, the fastest "
+                         f"{ms(least)}")
         if self.buckets:
             lines.append(f"  buckets ({len(self.buckets)}; ms):")
             lines.append(f"    {'#':>4} {'tensors':>7} {'size':>10} {'ready':>10} {'start':>10} "
@@ -193,12 +203,18 @@ def run_at_collective_level(schedule: Callable[..., Schedule], topology: Topolog
     collectives are ``collectives``, each call one timed event. Compute, the comm stream's
     order and its overlap with compute run on the event engine as at the message level;
     the ranks are taken to keep in step, so a collective starts on all at once and ends
-    when its last rank is done. The result has the one rank's trace, level
+    when its last rank is done (where ranks compute at different speeds, the slowest stands
+    for all, as every collective waits for it). The result has the one rank's trace, level
     ``collective``, and the messages the collectives would have sent."""
     stand_in = Comm(0, topology.size, topology.local_size)
-    node = topology.ranks[0]
+    # Where ranks compute at different speeds, every collective waits for the slowest: it
+    # stands for all.
+    slowest = min(range(topology.size), key=topology.speed_of)
+    node = topology.ranks[slowest]
     one_rank = Topology(f"{topology.name} (one rank for all)", (node,), (), (node,),
-                        (topology.reduce_bandwidth[0],), launch_latency=topology.launch_latency)
+                        (topology.reduce_bandwidth[slowest],),
+                        launch_latency=topology.launch_latency,
+                        compute_speed=(topology.speed_of(slowest),))
 
     def representative(_comm: Comm, buf: Any, **kwargs: Any) -> Schedule:
         return schedule(stand_in, buf, **kwargs)
@@ -243,6 +259,19 @@ def _running_spans(result: SimResult, rank: int, channels: Sequence[Hashable]
 def sent_bytes(result: SimResult, rank: int) -> int:
     """Bytes ``rank`` sent over the run (the trace must be recorded)."""
     return sum(e.nbytes for e in result.trace if e.kind == "send" and e.rank == rank)
+
+
+def _slowest(result: SimResult) -> tuple[int, float, float] | None:
+    """The rank that computed longest, its compute seconds and the least any rank took, if
+    they differ."""
+    busy = [0.0] * len(result.finish_times)
+    for e in result.trace:
+        if e.kind == "compute":
+            busy[e.rank] += e.end - e.start
+    rank = max(range(len(busy)), key=busy.__getitem__, default=0)
+    if not busy or busy[rank] <= min(busy) * (1 + 1e-9):
+        return None
+    return rank, busy[rank], min(busy)
 
 
 def _compute_time(result: SimResult, rank: int) -> float:

@@ -1,0 +1,101 @@
+"""Ranks that compute at other speeds: a slow rank never makes a step faster, the nominal
+speed changes nothing, and the report says which rank was slow."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from algorithms import alltoall_allreduce, reduce_broadcast_allreduce, ring_allreduce
+from algorithms.harness.model_presets import preset_model
+from algorithms.models import Layer, Model
+from simcomm import fully_connected, switch
+from simcomm.presets import make_preset
+from simcomm.topofile import TopologyFileError, dump_topology, parse_topology
+from simcomm.training import simulate_ddp, simulate_fsdp
+
+REL = 1e-12
+
+
+@st.composite
+def models(draw: st.DrawFn) -> Model:
+    layers = [Layer(f"l{i}", tuple(draw(st.lists(st.integers(1, 3000), min_size=1, max_size=3))),
+                    draw(st.floats(1e-6, 1e-3)), draw(st.floats(1e-6, 2e-3)))
+              for i in range(draw(st.integers(1, 5)))]
+    return Model("drawn", tuple(layers), grad_bytes=4)
+
+
+@settings(max_examples=30)
+@given(model=models(), p=st.integers(2, 6), builder=st.sampled_from([fully_connected, switch]),
+       allreduce=st.sampled_from([ring_allreduce, reduce_broadcast_allreduce,
+                                  alltoall_allreduce]),
+       slow=st.data(), factor=st.floats(0.05, 1.0), cap=st.integers(1, 20000))
+def test_slowing_a_rank_never_makes_a_ddp_step_faster(model, p, builder, allreduce, slow,
+                                                       factor, cap) -> None:
+    topology = builder(p, 1e10, 2e-6, 5e10)
+    rank = slow.draw(st.integers(0, p - 1))
+    nominal = simulate_ddp(model, topology, bucket_cap=cap, allreduce=allreduce)
+    slowed = simulate_ddp(model, topology.with_compute_speed({rank: factor}), bucket_cap=cap,
+                          allreduce=allreduce)
+    assert slowed.step >= nominal.step * (1 - REL)
+    # Never slower than if the whole step of every rank ran at the slow rank's speed.
+    assert slowed.step <= nominal.step / factor * (1 + REL) + 1e-15
+
+
+def test_the_nominal_speed_changes_nothing() -> None:
+    model, topology = preset_model("resnet50"), make_preset("cluster-h100:nodes=2")
+    plain = simulate_ddp(model, topology)
+    ones = simulate_ddp(model, topology.with_compute_speed(dict.fromkeys(range(16), 1.0)))
+    assert (ones.step, ones.comm, ones.exposed) == (plain.step, plain.comm, plain.exposed)
+    assert ones.slowest is None and plain.slowest is None
+    fsdp_plain = simulate_fsdp(model, topology)
+    fsdp_ones = simulate_fsdp(model, topology.with_compute_speed({3: 1.0}))
+    assert fsdp_ones.step == fsdp_plain.step
+
+
+def test_a_gpu_20_percent_slow_delays_a_resnet50_step_on_64_gpus() -> None:
+    model, topology = preset_model("resnet50"), make_preset("cluster-h100:nodes=8")
+    nominal = simulate_ddp(model, topology)
+    slowed = simulate_ddp(model, topology.with_compute_speed({37: 0.8}))
+    compute = model.forward_seconds + model.backward_seconds
+    assert slowed.slowest == (37, pytest.approx(compute / 0.8), pytest.approx(compute))
+    # The step is late by at most the straggler's extra compute; here the all-reduces hide
+    # part of it (docs/stragglers.md).
+    assert 0 < slowed.step - nominal.step <= compute / 0.8 - compute + 1e-12
+    assert "slowest   rank 37: compute 7.851 ms, the fastest 6.281 ms" in slowed.format()
+    # The collective level takes the slowest rank as the one that stands for all.
+    collective = simulate_ddp(model, topology.with_compute_speed({37: 0.8}), level="collective")
+    assert collective.step == pytest.approx(slowed.step, rel=2e-3)
+
+
+def test_compute_speeds_are_checked_and_read_from_topology_files() -> None:
+    topology = switch(4, 1e9, 1e-6)
+    for bad in ({4: 0.5}, {-1: 0.5}, {0: 0.0}, {0: math.inf}, {0: True}):
+        with pytest.raises(ValueError, match="compute speed"):
+            topology.with_compute_speed(bad)
+    slowed = topology.with_compute_speed({2: 0.5})
+    assert slowed.compute_speed == (1.0, 1.0, 0.5, 1.0) and slowed.speed_of(2) == 0.5
+    assert parse_topology(dump_topology(slowed)) == slowed
+    text = 'kind = "switch"\nranks = 4\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+    assert parse_topology(text + "[compute_speed]\ngpu2 = 0.5\n").compute_speed == (
+        1.0, 1.0, 0.5, 1.0)
+    with pytest.raises(TopologyFileError, match="compute_speed.gpu9: names no node"):
+        parse_topology(text + "[compute_speed]\ngpu9 = 0.5\n")
+    with pytest.raises(TopologyFileError, match="compute_speed.gpu1: must be a number > 0"):
+        parse_topology(text + "[compute_speed]\ngpu1 = -2\n")
+
+
+def test_the_commands_take_compute_speeds(capsys) -> None:
+    from simcomm.cli import main
+    assert main(["ddp", "--model", "resnet50", "--topology", "cluster-h100:nodes=8",
+                 "--compute-speed", "37=0.8"]) == 0
+    assert "slowest   rank 37" in capsys.readouterr().out
+    assert main(["ddp", "--model", "resnet50", "--topology", "dgx-h100",
+                 "--compute-speed", "3:0.8"]) == 2
+    assert "--compute-speed: '3:0.8' is not RANK=FACTOR" in capsys.readouterr().err
+    assert main(["ddp", "--model", "resnet50", "--topology", "dgx-h100",
+                 "--compute-speed", "9=0.8"]) == 2
+    assert "compute speed for rank 9: the topology has ranks 0 to 7" in capsys.readouterr().err
