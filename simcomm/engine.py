@@ -74,6 +74,7 @@ from simcomm.collective_level import choose_level, run_collective_level
 from simcomm.results import Hop, LinkStats, SimResult, TraceEvent
 from simcomm.topology import WIRE_EFFICIENCY, Topology, check_ranks
 from simcomm.tuning import ModelTuner
+from simcomm.variation import Variation
 
 # The clock counts whole zeptoseconds (1e-21 s): each duration is rounded to a tick once,
 # and sums of ticks are exact in any order. In float seconds two messages that should reach
@@ -193,11 +194,14 @@ class _Task(Task):
 
 class _Simulation(Interpreter):
     def __init__(self, topology: Topology, record: bool, has_data: bool, eager_limit: int,
-                 max_ops: float, jitter: Jitter | None) -> None:
+                 max_ops: float, jitter: Jitter | None, variation: Variation | None) -> None:
         super().__init__(topology.size, max_ops)
         self.eager_limit = eager_limit  # sends of at most this many bytes need no Recv
         self.jitter = jitter
         self.jitter_rng = None if jitter is None else np.random.default_rng(jitter.seed)
+        self.variation_rng = None if variation is None else np.random.default_rng(variation.seed)
+        self.message_delay = None if variation is None else variation.message_delay
+        self.compute_factor = None if variation is None else variation.compute_factor
         self.env = simpy.Environment()
         self.has_data = has_data  # numpy buffers; size-only runs move no data
         self.topology = topology
@@ -310,11 +314,16 @@ class _Simulation(Interpreter):
         return h
 
     def _leave(self, h: _Handle) -> None:
-        if self.jitter is None:
+        if self.jitter is None and self.message_delay is None:
             self._cross(h, self.env.now)
-        else:  # it leaves a little late; _on_hop puts it on its first link then
-            delay = _ticks(self.jitter_rng.uniform(0.0, self.jitter.max_delay))
-            self.env.timeout(delay, h).callbacks.append(self._on_hop)
+            return
+        # It leaves a little late; _on_hop puts it on its first link then.
+        delay = 0.0
+        if self.jitter is not None:
+            delay += self.jitter_rng.uniform(0.0, self.jitter.max_delay)
+        if self.message_delay is not None:
+            delay += self.message_delay.draw(self.variation_rng)
+        self.env.timeout(_ticks(delay), h).callbacks.append(self._on_hop)
 
     def _route(self, src: int, dst: int, protocol: Protocol) -> Route:
         per_data_byte = TICKS_PER_SECOND / WIRE_EFFICIENCY[protocol]
@@ -640,6 +649,8 @@ class _Simulation(Interpreter):
         rank = task.rank
         start = max(self.env.now, self.compute_free[rank])
         seconds = op.seconds / self.compute_speed[rank]
+        if self.compute_factor is not None:
+            seconds *= self.compute_factor.draw(self.variation_rng)
         if self.jitter is not None:
             seconds += self.jitter_rng.uniform(0.0, self.jitter.max_delay)
         end = self.compute_free[rank] = start + _ticks(seconds)
@@ -771,6 +782,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
              *, record: bool = True, trace: str | os.PathLike[str] | IO[str] | None = None,
              eager_limit: int | None = None, max_ops: int | None = DEFAULT_MAX_OPS,
              max_time: float | None = None, jitter: Jitter | None = None,
+             variation: Variation | None = None,
              tuner: Tuner | None = None, level: str = "message", **params: Any) -> SimResult:
     """Run ``algorithm`` on every rank of ``topology`` and return results and costs.
 
@@ -784,7 +796,9 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     algorithm that would hang on them raises ``DeadlockError`` here. ``eager_limit`` (bytes)
     lets sends up to that size complete without a receive, as MPI's eager protocol does.
     ``max_ops`` (ops of all ranks together) and ``max_time`` (simulated seconds) bound the
-    run: past either, ``RunLimitError``; None lifts the bound. ``jitter`` delays messages
+    run: past either, ``RunLimitError``; None lifts the bound. ``variation``
+    (``simcomm.variation.Variation``) draws each message's late start and each computation's
+    length from seeded distributions, the machine's own spread. ``jitter`` delays messages
     and computations at random (``Jitter``), to explore the orders a run may take.
     ``tuner`` chooses how the collectives that ask (``algorithms.tuned.nccl_allreduce``) run
     (``Comm.tuner``); by default ``simcomm.tuning.ModelTuner(topology)``, this model's
@@ -800,7 +814,8 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                          all(isinstance(buf, SizeOnly) for buf in inputs), params=params)
     if level == "collective":
         given = [name for name, value in (("trace", trace), ("eager_limit", eager_limit),
-                                          ("jitter", jitter)) if value is not None]
+                                          ("jitter", jitter), ("variation", variation))
+                 if value is not None]
         if given:
             raise ValueError(f"{', '.join(given)}: message-level options, but level is "
                              "collective")
@@ -810,6 +825,9 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
         raise ValueError("trace= writes the op trace, so it needs record=True")
     if jitter is not None and not isinstance(jitter, Jitter):
         raise TypeError(f"jitter must be a simcomm.Jitter or None, got {jitter!r}")
+    if variation is not None and not isinstance(variation, Variation):
+        raise TypeError(f"variation must be a simcomm.variation.Variation or None, got "
+                        f"{variation!r}")
     if eager_limit is not None and (type(eager_limit) is not int or eager_limit < 0):
         raise ValueError(f"eager_limit must be an int of bytes >= 0 or None, got "
                          f"{eager_limit!r}")
@@ -837,7 +855,8 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     sim = _Simulation(topology, record,
                       has_data=not isinstance(buffers[0], SizeOnly) if buffers else False,
                       eager_limit=-1 if eager_limit is None else eager_limit,
-                      max_ops=math.inf if max_ops is None else max_ops, jitter=jitter)
+                      max_ops=math.inf if max_ops is None else max_ops, jitter=jitter,
+                      variation=variation)
     if tuner is None:
         tuner = ModelTuner(topology)
     elif not callable(tuner):

@@ -18,6 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from typing import Any
 
 from algorithms.ddp import DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP
 from algorithms.fsdp import BACKWARD_POST, BACKWARD_PRE
@@ -34,7 +37,9 @@ from simcomm.training import (
     FSDPReport, StepReport, bucket_sweep, no_sharding_memory, sent_bytes, simulate_ddp,
     simulate_dp, simulate_fsdp,
 )
+from simcomm.sweep import default_jobs
 from simcomm.units import format_bytes, parse_bytes, parse_flops
+from simcomm.variation import Distribution, Variation, sample_times
 
 ALLREDUCES = [name for name, c in COLLECTIVES.items() if c.kind == "allreduce"]
 
@@ -70,7 +75,55 @@ def add_ddp_parser(commands: argparse._SubParsersAction,
     parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the DDP step as a Chrome trace-event file (Perfetto)")
     _add_kineto_argument(parser)
+    _add_variation_arguments(parser)
     add_topology_arguments(parser)
+
+
+def _add_variation_arguments(parser: argparse.ArgumentParser) -> None:
+    spread = parser.add_argument_group(
+        "random variation", "each message leaves late and each computation takes longer or "
+                            "shorter by draws from these, seeded (message level)")
+    spread.add_argument("--compute-noise", metavar="DIST",
+                        help="factor on every computation, e.g. lognormal:1,0.05 (median 1, "
+                             "sigma 0.05), normal:1,0.03, uniform:0.95,1.1, empirical:FILE")
+    spread.add_argument("--message-delay", metavar="DIST",
+                        help="seconds every message leaves late, e.g. normal:2us,1us or "
+                             "empirical:FILE (one time a line)")
+    spread.add_argument("--seed", type=int, default=0, help="of the first draw (default 0)")
+    spread.add_argument("--samples", type=int, metavar="N",
+                        help="run N seeds (in parallel) and print the median, p90 and p99 "
+                             "step time")
+
+
+def _variation_from_args(args: argparse.Namespace) -> Variation | None:
+    if args.samples is not None and args.samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    compute = message = None
+    if args.compute_noise:
+        compute = _distribution("--compute-noise", args.compute_noise, seconds=False)
+    if args.message_delay:
+        message = _distribution("--message-delay", args.message_delay, seconds=True)
+    if compute is None and message is None:
+        if args.samples is not None:
+            raise ValueError("--samples draws from --compute-noise or --message-delay: give "
+                             "one of them")
+        return None
+    return Variation(args.seed, message, compute)
+
+
+def _distribution(flag: str, text: str, seconds: bool) -> Distribution:
+    try:
+        return Distribution.parse(text, seconds)
+    except ValueError as error:
+        raise ValueError(f"{flag}: {error}") from None
+
+
+def _ddp_step_time(seed: int, model: Model, topology: Topology, bucket_cap: int, overlap: bool,
+                   variation: Variation, options: dict[str, Any]) -> float:
+    """One sample of ``simcomm ddp --samples``: the step time with ``variation``'s draws
+    from ``seed`` (module level, so that worker processes can run it)."""
+    return simulate_ddp(model, topology, bucket_cap=bucket_cap, overlap=overlap,
+                        variation=replace(variation, seed=seed), **options).step
 
 
 def _add_kineto_argument(parser: argparse.ArgumentParser) -> None:
@@ -119,12 +172,20 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
                **params_from_items(collective, args.param)}
     if args.plot and not args.sweep_buckets:
         raise ValueError("--plot draws the bucket sweep: give --sweep-buckets too")
+    variation = _variation_from_args(args)
     model = _model_from_args(args)
     report = simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
-                          overlap=not args.no_overlap, trace=args.trace, **options)
+                          overlap=not args.no_overlap, trace=args.trace, variation=variation,
+                          **options)
     print(f"# {describe_level(args.level, report.result.level)}")
     print(report.format())
     _write_kineto(args.kineto, report.result)
+    if args.samples is not None:
+        run = partial(_ddp_step_time, model=model, topology=topology,
+                      bucket_cap=parse_bytes(args.bucket_cap), overlap=not args.no_overlap,
+                      variation=variation or Variation(0), options=options)
+        print(f"# {sample_times(run, args.samples, args.seed, default_jobs()).format()}, "
+              f"seeds {args.seed} to {args.seed + args.samples - 1}")
     if args.compare:
         others = [simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
                                overlap=args.no_overlap, **options),

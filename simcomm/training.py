@@ -40,6 +40,7 @@ from simcomm.results import SimResult
 from simcomm.summary import covered_time
 from simcomm.topology import Topology
 from simcomm.units import format_bytes
+from simcomm.variation import Variation
 
 _GRAD_DTYPES = {2: np.float16, 4: np.float32, 8: np.float64}
 
@@ -123,17 +124,18 @@ def model_buckets(model: Model, bucket_cap: int = DEFAULT_BUCKET_CAP,
 def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_BUCKET_CAP,
                  first_bucket_cap: int = FIRST_BUCKET_CAP,
                  allreduce: Callable[..., Schedule] = ring_allreduce, overlap: bool = True,
-                 trace: Any = None, level: str = "message", **allreduce_params: Any
-                 ) -> StepReport:
+                 trace: Any = None, level: str = "message", variation: Variation | None = None,
+                 **allreduce_params: Any) -> StepReport:
     """Simulate one DDP step of ``model`` on every rank of ``topology``; at ``level``
     ``collective`` (or ``auto``, see ``simulate``) each all-reduce is one timed event on a
-    rank that stands for all (``run_at_collective_level``)."""
+    rank that stands for all (``run_at_collective_level``). ``variation`` draws messages'
+    delays and computations' lengths at random (``simcomm.variation``; message level)."""
     buckets = model_buckets(model, bucket_cap, first_bucket_cap)
     order = gradient_order(model)
     dtype = _grad_dtype(model)
     grads = [SizeOnly(sum(model.layers[li].params[ti] for li, ti in (order[i] for i in members)),
                       dtype) for members in buckets]
-    if choose_level(level, allreduce, topology.size, calls=len(buckets),
+    if choose_level(_level_for(level, variation), allreduce, topology.size, calls=len(buckets),
                     params=allreduce_params) == "collective":
         timed = TimedCollective(allreduce, topology, **allreduce_params)
         result = run_at_collective_level(_ddp_rank, topology, [timed], trace=trace, model=model,
@@ -141,8 +143,8 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
                                          overlap=overlap, allreduce_params={})
     else:
         result = simulate(_ddp_rank, [SizeOnly(0, dtype)] * topology.size, topology,
-                          trace=trace, model=model, grads=grads, buckets=buckets,
-                          allreduce=allreduce, overlap=overlap,
+                          trace=trace, variation=variation, model=model, grads=grads,
+                          buckets=buckets, allreduce=allreduce, overlap=overlap,
                           allreduce_params=allreduce_params)
     rank = int(np.argmax(result.finish_times))
     compute = _compute_time(result, rank)
@@ -193,6 +195,17 @@ def bucket_sweep(model: Model, topology: Topology, caps: Sequence[int], **kwargs
                  ) -> list[StepReport]:
     """``simulate_ddp`` once per bucket cap; the first bucket's cap stays as given."""
     return [simulate_ddp(model, topology, bucket_cap=cap, **kwargs) for cap in caps]
+
+
+def _level_for(level: str, variation: Variation | None) -> str:
+    """The level to run at: random variation draws per rank and per message, which only
+    the message level has."""
+    if variation is None or level == "message":
+        return level
+    if level == "collective":
+        raise ValueError("random variation draws for every rank and message: run it at the "
+                         "message level")
+    return "message"
 
 
 def run_at_collective_level(schedule: Callable[..., Schedule], topology: Topology,
@@ -326,7 +339,7 @@ def no_sharding_memory(model: Model) -> int:
 def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = False,
                   backward_prefetch: str | None = BACKWARD_PRE, limit_all_gathers: int = 2,
                   reshard_after_forward: bool = True, trace: Any = None,
-                  level: str = "message") -> FSDPReport:
+                  level: str = "message", variation: Variation | None = None) -> FSDPReport:
     """Simulate one FSDP step of ``model`` (one unit per layer) on ``topology``; at
     ``level`` ``collective`` (or ``auto``) each all-gather and reduce-scatter is one timed
     event (``run_at_collective_level``)."""
@@ -338,7 +351,7 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
                "limit_all_gathers": limit_all_gathers,
                "reshard_after_forward": reshard_after_forward}
     calls = 3 * len(model.layers)  # gathers for forward and backward, and a scatter
-    if choose_level(level, all_gather, p, calls=calls) == "collective":
+    if choose_level(_level_for(level, variation), all_gather, p, calls=calls) == "collective":
         machine = Machine(topology)
         collectives = [TimedCollective(all_gather, machine),
                        TimedCollective(reduce_scatter, machine)]
@@ -349,7 +362,8 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
         sent = int(sum(cost.sent_bytes[0] for timed in collectives for cost in timed.costs))
     else:
         result = simulate(_fsdp_rank, [SizeOnly(0, dtype)] * p, topology, trace=trace,
-                          model=model, flat=flat, shards=shards, options=options)
+                          variation=variation, model=model, flat=flat, shards=shards,
+                          options=options)
         sent = sent_bytes(result, int(np.argmax(result.finish_times)))
     rank = int(np.argmax(result.finish_times))
     compute = _compute_time(result, rank)

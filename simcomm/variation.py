@@ -1,0 +1,130 @@
+"""Random variation of a machine, seeded: how much later each message leaves, and how much
+longer or shorter each computation takes, drawn from named distributions.
+
+* ``Distribution``: ``normal`` (mean, standard deviation; draws below zero count as zero),
+  ``lognormal`` (median, sigma of the log), ``uniform`` (low, high) or ``empirical`` (draws
+  from measured samples, with replacement). ``Distribution.parse("lognormal:1,0.05")`` reads
+  the command line's form; delays take units (``normal:2us,0.5us``).
+* ``Variation(seed, message_delay, compute_factor)``: every message leaves a draw of
+  ``message_delay`` seconds late; every ``Compute`` takes a draw of ``compute_factor`` times
+  its seconds. The same seed gives the same run.
+* ``sample_times(run, samples, seed, jobs)`` runs ``run(seed)`` for ``samples`` seeds, in
+  local processes, and ``Samples`` gives the median, the 90th and 99th percentiles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simcomm.units import parse_seconds
+
+KINDS = ("normal", "lognormal", "uniform", "empirical")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A named distribution of a quantity >= 0 (see the module doc)."""
+
+    kind: str
+    params: tuple[float, ...] = ()  # normal: mean, sd; lognormal: median, sigma; uniform: lo, hi
+    samples: tuple[float, ...] = ()  # empirical only
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown distribution {self.kind!r}; known: {', '.join(KINDS)}")
+        if self.kind == "empirical":
+            if not self.samples or any(not (math.isfinite(v) and v >= 0) for v in self.samples):
+                raise ValueError("an empirical distribution needs samples, finite and >= 0")
+            return
+        if len(self.params) != 2 or any(not math.isfinite(v) for v in self.params):
+            raise ValueError(f"{self.kind} takes two finite numbers, got {self.params!r}")
+        first, second = self.params
+        if (second < 0 or first < 0 or (self.kind == "lognormal" and first == 0)
+                or (self.kind == "uniform" and second < first)):
+            raise ValueError(f"{self.kind}{self.params!r}: " + {
+                "normal": "the mean and the standard deviation must be >= 0",
+                "lognormal": "the median must be > 0 and sigma >= 0",
+                "uniform": "need 0 <= low <= high"}[self.kind])
+
+    def draw(self, rng: np.random.Generator) -> float:
+        """One draw."""
+        if self.kind == "normal":
+            return max(0.0, float(rng.normal(*self.params)))
+        if self.kind == "lognormal":
+            median, sigma = self.params
+            return float(rng.lognormal(math.log(median), sigma))
+        if self.kind == "uniform":
+            return float(rng.uniform(*self.params))
+        return self.samples[int(rng.integers(len(self.samples)))]
+
+    @classmethod
+    def parse(cls, text: str, seconds: bool = False) -> Distribution:
+        """``KIND:A,B`` (``normal:2us,0.5us`` with ``seconds``, ``lognormal:1,0.05``), or
+        ``empirical:FILE`` (one sample a line)."""
+        kind, colon, rest = text.partition(":")
+        kind = kind.strip()
+        if not colon:
+            raise ValueError(f"{text!r}: give KIND:A,B (one of {', '.join(KINDS)})")
+        if kind == "empirical":
+            path = Path(rest.strip())
+            lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+            return cls(kind, samples=tuple(_number(line, seconds, text) for line in lines))
+        return cls(kind, tuple(_number(part, seconds, text) for part in rest.split(",")))
+
+
+def _number(text: str, seconds: bool, whole: str) -> float:
+    try:
+        return parse_seconds(text) if seconds else float(text)
+    except ValueError:
+        raise ValueError(f"{whole!r}: {text.strip()!r} is not a number"
+                         + (" of seconds (2us, 0.5ms)" if seconds else "")) from None
+
+
+@dataclass(frozen=True)
+class Variation:
+    """Seeded random variation of a run (see the module doc)."""
+
+    seed: int
+    message_delay: Distribution | None = None  # seconds
+    compute_factor: Distribution | None = None  # times each Compute's seconds
+
+    def __post_init__(self) -> None:
+        if type(self.seed) is not int:
+            raise ValueError(f"Variation.seed must be an int, got {self.seed!r}")
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Times of seeded runs (seconds), and their statistics."""
+
+    times: tuple[float, ...]
+
+    def percentile(self, q: float) -> float:
+        """The ``q``-th percentile (0 to 100), interpolated."""
+        return float(np.percentile(self.times, q))
+
+    def format(self, what: str = "step") -> str:
+        """One line: median, p90, p99, least and most, in milliseconds."""
+        ms = [f"{self.percentile(q) * 1e3:.3f}" for q in (50, 90, 99)]
+        return (f"{len(self.times)} samples: {what} median {ms[0]} ms, p90 {ms[1]} ms, "
+                f"p99 {ms[2]} ms (least {min(self.times) * 1e3:.3f}, most "
+                f"{max(self.times) * 1e3:.3f})")
+
+
+def sample_times(run: Callable[[int], float], samples: int, seed: int = 0, jobs: int = 1
+                 ) -> Samples:
+    """``run(seed)`` for seeds ``seed``, ``seed + 1``, ... (``samples`` of them), in ``jobs``
+    local processes (``run`` must pickle: a module-level function or a partial of one)."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be an int >= 1, got {samples!r}")
+    seeds: Sequence[int] = range(seed, seed + samples)
+    if jobs <= 1 or samples == 1:
+        return Samples(tuple(run(s) for s in seeds))
+    with ProcessPoolExecutor(max_workers=min(jobs, samples)) as pool:
+        return Samples(tuple(pool.map(run, seeds)))

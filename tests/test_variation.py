@@ -1,0 +1,96 @@
+"""Seeded random variation of messages and computations, and samples of step times."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from algorithms import ring_allreduce
+from algorithms.harness.model_presets import preset_model
+from simcomm import SizeOnly, simulate, switch
+from simcomm.presets import make_preset
+from simcomm.training import simulate_ddp, simulate_fsdp
+from simcomm.variation import Distribution, Variation, sample_times
+
+NOISY = Variation(7, Distribution("normal", (2e-6, 1e-6)), Distribution("lognormal", (1.0, 0.05)))
+NONE = Variation(3, Distribution("uniform", (0.0, 0.0)), Distribution("uniform", (1.0, 1.0)))
+
+
+def test_the_same_seed_gives_the_same_step_and_no_spread_gives_the_nominal_one() -> None:
+    model, topology = preset_model("resnet50"), make_preset("cluster-h100:nodes=2")
+    nominal = simulate_ddp(model, topology)
+    first, again = (simulate_ddp(model, topology, variation=NOISY) for _ in range(2))
+    assert first.step == again.step != nominal.step
+    other = simulate_ddp(model, topology, variation=Variation(8, NOISY.message_delay,
+                                                              NOISY.compute_factor))
+    assert other.step != first.step
+    assert simulate_ddp(model, topology, variation=NONE).step == nominal.step
+    assert simulate_fsdp(model, topology, variation=NONE).step == simulate_fsdp(
+        model, topology).step
+
+
+def test_message_delays_reach_a_collective() -> None:
+    # A 2 us delay on every message of a ring of 4: each of its 6 steps starts 2 us late.
+    topology = switch(4, 1e10, 1e-6)
+    inputs = [SizeOnly(4000)] * 4
+    nominal = simulate(ring_allreduce, inputs, topology).time
+    late = simulate(ring_allreduce, inputs, topology,
+                    variation=Variation(0, Distribution("uniform", (2e-6, 2e-6)))).time
+    assert late == pytest.approx(nominal + 6 * 2e-6, rel=1e-12)
+
+
+def test_samples_give_percentiles_and_do_not_depend_on_the_processes() -> None:
+    run = partial(_step, model=preset_model("resnet50"), topology=make_preset("dgx-h100"))
+    one = sample_times(run, 6, seed=10, jobs=1)
+    two = sample_times(run, 6, seed=10, jobs=2)
+    assert one == two and len(one.times) == 6 and len(set(one.times)) > 1
+    assert min(one.times) <= one.percentile(50) <= one.percentile(90) <= max(one.times)
+    assert one.format().startswith("6 samples: step median ")
+
+
+def _step(seed, model, topology):
+    return simulate_ddp(model, topology, variation=Variation(seed, None,
+                                                             Distribution("normal", (1, 0.1)))
+                        ).step
+
+
+def test_distributions_are_read_and_checked(tmp_path: Path) -> None:
+    assert Distribution.parse("normal:2us,0.5us", seconds=True) == Distribution(
+        "normal", (2e-6, 5e-7))
+    assert Distribution.parse("lognormal:1,0.05") == Distribution("lognormal", (1.0, 0.05))
+    samples = tmp_path / "times.txt"
+    samples.write_text("0.001\n0.002\n\n0.004\n")
+    empirical = Distribution.parse(f"empirical:{samples}")
+    rng = np.random.default_rng(0)
+    assert {empirical.draw(rng) for _ in range(200)} == {0.001, 0.002, 0.004}
+    for text, message in [("gamma:1,2", "unknown distribution 'gamma'"),
+                          ("normal", "give KIND:A,B"), ("normal:1", "takes two finite numbers"),
+                          ("lognormal:0,1", "the median must be > 0"),
+                          ("uniform:2,1", "0 <= low <= high"), ("normal:a,1", "not a number")]:
+        with pytest.raises(ValueError, match=message):
+            Distribution.parse(text)
+    with pytest.raises(ValueError, match="needs samples"):
+        Distribution("empirical")
+
+
+def test_the_collective_level_refuses_random_variation() -> None:
+    with pytest.raises(ValueError, match="run it at the message level"):
+        simulate_ddp(preset_model("resnet50"), make_preset("dgx-h100"), level="collective",
+                     variation=NOISY)
+    auto = simulate_ddp(preset_model("resnet50"), make_preset("dgx-h100"), level="auto",
+                        variation=NOISY)
+    assert auto.result.level == "message"
+
+
+def test_simcomm_ddp_prints_the_spread_of_its_samples(capsys) -> None:
+    from simcomm.cli import main
+    assert main(["ddp", "--model", "resnet50", "--topology", "dgx-h100", "--compute-noise",
+                 "lognormal:1,0.05", "--samples", "4", "--seed", "5"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("# 4 samples: step median ") and last.endswith("seeds 5 to 8")
+    assert main(["ddp", "--model", "resnet50", "--topology", "dgx-h100", "--samples", "0",
+                 "--compute-noise", "normal:1,0.1"]) == 2
+    assert "--samples must be >= 1" in capsys.readouterr().err
