@@ -22,6 +22,8 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from tqdm import tqdm
+
 from algorithms.ddp import DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP
 from algorithms.fsdp import BACKWARD_POST, BACKWARD_PRE
 from algorithms.harness.bench import params_from_items
@@ -184,8 +186,11 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
         run = partial(_ddp_step_time, model=model, topology=topology,
                       bucket_cap=parse_bytes(args.bucket_cap), overlap=not args.no_overlap,
                       variation=variation or Variation(0), options=options)
-        print(f"# {sample_times(run, args.samples, args.seed, default_jobs()).format()}, "
-              f"seeds {args.seed} to {args.seed + args.samples - 1}")
+        with tqdm(total=args.samples, desc="samples", unit="step", file=sys.stderr,
+                  disable=not sys.stderr.isatty()) as bar:
+            samples = sample_times(run, args.samples, args.seed, default_jobs(),
+                                   lambda: bar.update(1))
+        print(f"# {samples.format()}, seeds {args.seed} to {args.seed + args.samples - 1}")
     if args.compare:
         others = [simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
                                overlap=args.no_overlap, **options),

@@ -117,14 +117,24 @@ class Samples:
                 f"{max(self.times) * 1e3:.3f})")
 
 
-def sample_times(run: Callable[[int], float], samples: int, seed: int = 0, jobs: int = 1
-                 ) -> Samples:
+def sample_times(run: Callable[[int], float], samples: int, seed: int = 0, jobs: int = 1,
+                 on_done: Callable[[], None] | None = None) -> Samples:
     """``run(seed)`` for seeds ``seed``, ``seed + 1``, ... (``samples`` of them), in ``jobs``
-    local processes (``run`` must pickle: a module-level function or a partial of one)."""
+    local processes (``run`` must pickle: a module-level function or a partial of one);
+    ``on_done()`` after each."""
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an int >= 1, got {samples!r}")
     seeds: Sequence[int] = range(seed, seed + samples)
+    times = []
     if jobs <= 1 or samples == 1:
-        return Samples(tuple(run(s) for s in seeds))
+        for s in seeds:
+            times.append(run(s))
+            if on_done:
+                on_done()
+        return Samples(tuple(times))
     with ProcessPoolExecutor(max_workers=min(jobs, samples)) as pool:
-        return Samples(tuple(pool.map(run, seeds)))
+        for time in pool.map(run, seeds):
+            times.append(time)
+            if on_done:
+                on_done()
+    return Samples(tuple(times))
