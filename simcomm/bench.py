@@ -20,7 +20,10 @@ measured row.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
+
+from tqdm import tqdm
 
 from algorithms.harness.bench import (
     BenchConfig, BenchRow, bench_config, bench_row, buffer_count, check_inputs, count_wrong,
@@ -96,13 +99,15 @@ def _parse(what: str, parse: Callable[[str], float], text: str) -> float:
 
 
 def bench_size(config: BenchConfig, topology: Topology, size: int,
-               average: int = SLOWEST_RANK, level: str = "message") -> BenchRow:
+               average: int = SLOWEST_RANK, level: str = "message",
+               progress: Callable[[int], None] | None = None) -> BenchRow:
     """Simulate ``config``'s collective at ``size`` bytes on ``topology`` and score it; its
     time is the ranks' finish times made one as nccl-tests' ``-a`` says (``rank_time``;
     default the last rank's, when the collective is done).
 
     Size-only buffers unless ``config.check``, which runs numpy data and counts wrong
-    elements. ``level``: as ``simulate``'s (``bench_level`` says which a run takes).
+    elements. ``level`` and ``progress``: as ``simulate``'s (``bench_level`` says which
+    level a run takes).
     """
     p = topology.size
     count = buffer_count(config.collective, p, size, config.dtype.itemsize)
@@ -111,7 +116,7 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
     else:
         inputs = [SizeOnly(count, config.dtype)] * p  # immutable, so one serves every rank
     result = simulate(config.collective.function, inputs, topology, record=False, level=level,
-                      **config.algorithm_kwargs())
+                      progress=progress, **config.algorithm_kwargs())
     wrong = None
     if config.check:
         wrong = count_wrong(config.collective, inputs, result.results, config.op,
@@ -122,12 +127,21 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
 
 
 def bench_rows(config: BenchConfig, topology: Topology, average: int = SLOWEST_RANK,
-               level: str = "message") -> Iterator[BenchRow]:
+               level: str = "message", progress: Callable[[int], None] | None = None
+               ) -> Iterator[BenchRow]:
     """Every size of ``config`` on ``topology``, each row as soon as it is simulated (its
     root is checked against the ranks first)."""
     config.check_world(topology.size)
     for size in config.sizes:
-        yield bench_size(config, topology, size, average, level)
+        yield bench_size(config, topology, size, average, level, progress)
+
+
+def message_progress(total: int | None) -> tqdm:
+    """A progress bar, on a terminal, of the messages message-level runs step through
+    (``simulate``'s ``progress``; ``update`` is the callback): it shows once a run has gone
+    on for a second, with the time left where ``total`` is known."""
+    return tqdm(total=total, desc="simulating", unit=" messages", unit_scale=True,
+                file=sys.stderr, leave=False, delay=1.0, disable=not sys.stderr.isatty())
 
 
 def bench_level(config: BenchConfig, topology: Topology, level: str) -> str:

@@ -49,9 +49,11 @@ from algorithms.harness.tuner_file import format_tuner_file, rows_for
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
     SLOWEST_RANK, algorithm_config, bench_level, bench_rows, is_builder, load_named_topology,
-    traced_run,
+    message_progress, traced_run,
 )
-from simcomm.collective_level import AUTO_MESSAGE_LIMIT, LEVELS, describe_level
+from simcomm.collective_level import (
+    AUTO_MESSAGE_LIMIT, LEVELS, describe_level, expected_messages,
+)
 from simcomm.calibration import load_calibration
 from simcomm.crossover import crossovers, format_crossovers
 from simcomm.presets import describe, list_presets
@@ -180,13 +182,17 @@ def bench(args: argparse.Namespace) -> int:
     for config in configs:
         config.check_world(topology.size)
     average = SLOWEST_RANK if args.average is None else args.average
+    level = bench_level(configs[0], topology, args.level)
     header = _bench_header(args, configs[0], topology)
-    header.append(describe_level(args.level, bench_level(configs[0], topology, args.level)))
+    header.append(describe_level(args.level, level))
     writer = RowWriter(sys.stdout, configs[0].format, header)
     writer.start()
-    for config in configs:
-        for row in bench_rows(config, topology, average, args.level):
-            writer.write(row)
+    expected = expected_messages(configs[0].collective.function, topology.size)
+    with message_progress(None if expected is None
+                          else expected * sum(len(c.sizes) for c in configs)) as bar:
+        for config in configs:
+            for row in bench_rows(config, topology, average, args.level, bar.update):
+                writer.write(row)
     writer.finish()
     if args.summary or args.trace or args.timeline:
         _largest_run(args, configs[0], topology)

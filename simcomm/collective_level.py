@@ -597,6 +597,13 @@ MODELS: dict[Callable[..., Any], _Model] = {
 }
 
 
+def expected_messages(algorithm: Callable[..., Any], ranks: int) -> int | None:
+    """About how many messages the message level steps through for one call of
+    ``algorithm`` on ``ranks`` ranks (at least that many); None if no model knows."""
+    model = MODELS.get(algorithm)
+    return None if model is None else model.messages(ranks)
+
+
 def has_model(algorithm: Callable[..., Any]) -> bool:
     """Whether ``algorithm`` has a cost at the collective level."""
     return algorithm in MODELS

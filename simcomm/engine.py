@@ -87,6 +87,7 @@ _NEVER = -(10**40)  # the tail of a message that has crossed no link yet, in tic
 # algorithm that never ends is the likelier cause.
 DEFAULT_MAX_OPS = 300_000_000
 _SIMPLE = Protocol.SIMPLE
+PROGRESS_EVERY = 4096  # messages between two calls of simulate's progress
 
 
 @dataclass(frozen=True)
@@ -194,8 +195,10 @@ class _Task(Task):
 
 class _Simulation(Interpreter):
     def __init__(self, topology: Topology, record: bool, has_data: bool, eager_limit: int,
-                 max_ops: float, jitter: Jitter | None, variation: Variation | None) -> None:
+                 max_ops: float, jitter: Jitter | None, variation: Variation | None,
+                 progress: Callable[[int], None] | None = None) -> None:
         super().__init__(topology.size, max_ops)
+        self.progress = progress  # told of every PROGRESS_EVERY messages sent
         self.eager_limit = eager_limit  # sends of at most this many bytes need no Recv
         self.jitter = jitter
         self.jitter_rng = None if jitter is None else np.random.default_rng(jitter.seed)
@@ -289,6 +292,8 @@ class _Simulation(Interpreter):
             h.data = h.buf.copy()
         h.message = self.messages
         self.messages += 1
+        if self.progress is not None and not self.messages % PROGRESS_EVERY:
+            self.progress(PROGRESS_EVERY)
         h.trace_index = -1
         if self.record:  # its end is filled in when it arrives
             h.trace_index = len(self.trace)
@@ -783,6 +788,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
              eager_limit: int | None = None, max_ops: int | None = DEFAULT_MAX_OPS,
              max_time: float | None = None, jitter: Jitter | None = None,
              variation: Variation | None = None,
+             progress: Callable[[int], None] | None = None,
              tuner: Tuner | None = None, level: str = "message", **params: Any) -> SimResult:
     """Run ``algorithm`` on every rank of ``topology`` and return results and costs.
 
@@ -798,7 +804,8 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     ``max_ops`` (ops of all ranks together) and ``max_time`` (simulated seconds) bound the
     run: past either, ``RunLimitError``; None lifts the bound. ``variation``
     (``simcomm.variation.Variation``) draws each message's late start and each computation's
-    length from seeded distributions, the machine's own spread. ``jitter`` delays messages
+    length from seeded distributions, the machine's own spread. ``progress(n)`` is told of
+    every n (``PROGRESS_EVERY``) messages sent, for a progress bar. ``jitter`` delays messages
     and computations at random (``Jitter``), to explore the orders a run may take.
     ``tuner`` chooses how the collectives that ask (``algorithms.tuned.nccl_allreduce``) run
     (``Comm.tuner``); by default ``simcomm.tuning.ModelTuner(topology)``, this model's
@@ -856,7 +863,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                       has_data=not isinstance(buffers[0], SizeOnly) if buffers else False,
                       eager_limit=-1 if eager_limit is None else eager_limit,
                       max_ops=math.inf if max_ops is None else max_ops, jitter=jitter,
-                      variation=variation)
+                      variation=variation, progress=progress)
     if tuner is None:
         tuner = ModelTuner(topology)
     elif not callable(tuner):

@@ -24,6 +24,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from algorithms.collectives import all_gather
 from algorithms.ddp import DEFAULT_BUCKET_CAP, FIRST_BUCKET_CAP
 from algorithms.fsdp import BACKWARD_POST, BACKWARD_PRE
 from algorithms.harness.bench import params_from_items
@@ -31,13 +32,14 @@ from algorithms.harness.catalog import COLLECTIVES
 from algorithms.harness.cli import output_file
 from algorithms.harness.model_presets import DEFAULT_THROUGHPUT, PRESET_MODELS, preset_model
 from algorithms.models import Model
-from simcomm.collective_level import describe_level
+from simcomm.bench import message_progress
+from simcomm.collective_level import describe_level, expected_messages
 from simcomm.kineto_trace import write_kineto_traces
 from simcomm.results import SimResult
 from simcomm.topology import Topology
 from simcomm.training import (
-    FSDPReport, StepReport, bucket_sweep, no_sharding_memory, sent_bytes, simulate_ddp,
-    simulate_dp, simulate_fsdp,
+    FSDPReport, StepReport, bucket_sweep, model_buckets, no_sharding_memory, sent_bytes,
+    simulate_ddp, simulate_dp, simulate_fsdp,
 )
 from simcomm.sweep import default_jobs
 from simcomm.units import format_bytes, parse_bytes, parse_flops
@@ -113,6 +115,10 @@ def _variation_from_args(args: argparse.Namespace) -> Variation | None:
     return Variation(args.seed, message, compute)
 
 
+def _times(messages: int | None, calls: int) -> int | None:
+    return None if messages is None else messages * calls
+
+
 def _distribution(flag: str, text: str, seconds: bool) -> Distribution:
     try:
         return Distribution.parse(text, seconds)
@@ -176,9 +182,13 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
         raise ValueError("--plot draws the bucket sweep: give --sweep-buckets too")
     variation = _variation_from_args(args)
     model = _model_from_args(args)
-    report = simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
-                          overlap=not args.no_overlap, trace=args.trace, variation=variation,
-                          **options)
+    cap = parse_bytes(args.bucket_cap)
+    calls = len(model_buckets(model, cap, options["first_bucket_cap"]))
+    with message_progress(_times(expected_messages(collective.function, topology.size),
+                                 calls)) as bar:
+        report = simulate_ddp(model, topology, bucket_cap=cap, overlap=not args.no_overlap,
+                              trace=args.trace, variation=variation, progress=bar.update,
+                              **options)
     print(f"# {describe_level(args.level, report.result.level)}")
     print(report.format())
     _write_kineto(args.kineto, report.result)
@@ -273,7 +283,10 @@ def run_fsdp(args: argparse.Namespace, topology: Topology) -> int:
                "limit_all_gathers": args.limit_all_gathers,
                "reshard_after_forward": not args.no_reshard_after_forward,
                "level": args.level}
-    report = simulate_fsdp(model, topology, trace=args.trace, **options)
+    calls = 3 * len(model.layers)  # an all-gather for forward and backward, a reduce-scatter
+    with message_progress(_times(expected_messages(all_gather, topology.size), calls)) as bar:
+        report = simulate_fsdp(model, topology, trace=args.trace, progress=bar.update,
+                               **options)
     print(f"# {describe_level(args.level, report.result.level)}")
     print(report.format())
     _write_kineto(args.kineto, report.result)

@@ -125,11 +125,13 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
                  first_bucket_cap: int = FIRST_BUCKET_CAP,
                  allreduce: Callable[..., Schedule] = ring_allreduce, overlap: bool = True,
                  trace: Any = None, level: str = "message", variation: Variation | None = None,
-                 **allreduce_params: Any) -> StepReport:
+                 progress: Callable[[int], None] | None = None, **allreduce_params: Any
+                 ) -> StepReport:
     """Simulate one DDP step of ``model`` on every rank of ``topology``; at ``level``
     ``collective`` (or ``auto``, see ``simulate``) each all-reduce is one timed event on a
     rank that stands for all (``run_at_collective_level``). ``variation`` draws messages'
-    delays and computations' lengths at random (``simcomm.variation``; message level)."""
+    delays and computations' lengths at random (``simcomm.variation``; message level);
+    ``progress`` is ``simulate``'s."""
     buckets = model_buckets(model, bucket_cap, first_bucket_cap)
     order = gradient_order(model)
     dtype = _grad_dtype(model)
@@ -143,7 +145,8 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
                                          overlap=overlap, allreduce_params={})
     else:
         result = simulate(_ddp_rank, [SizeOnly(0, dtype)] * topology.size, topology,
-                          trace=trace, variation=variation, model=model, grads=grads,
+                          trace=trace, variation=variation, progress=progress, model=model,
+                          grads=grads,
                           buckets=buckets, allreduce=allreduce, overlap=overlap,
                           allreduce_params=allreduce_params)
     rank = int(np.argmax(result.finish_times))
@@ -339,7 +342,8 @@ def no_sharding_memory(model: Model) -> int:
 def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = False,
                   backward_prefetch: str | None = BACKWARD_PRE, limit_all_gathers: int = 2,
                   reshard_after_forward: bool = True, trace: Any = None,
-                  level: str = "message", variation: Variation | None = None) -> FSDPReport:
+                  level: str = "message", variation: Variation | None = None,
+                  progress: Callable[[int], None] | None = None) -> FSDPReport:
     """Simulate one FSDP step of ``model`` (one unit per layer) on ``topology``; at
     ``level`` ``collective`` (or ``auto``) each all-gather and reduce-scatter is one timed
     event (``run_at_collective_level``)."""
@@ -362,8 +366,8 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
         sent = int(sum(cost.sent_bytes[0] for timed in collectives for cost in timed.costs))
     else:
         result = simulate(_fsdp_rank, [SizeOnly(0, dtype)] * p, topology, trace=trace,
-                          variation=variation, model=model, flat=flat, shards=shards,
-                          options=options)
+                          variation=variation, progress=progress, model=model, flat=flat,
+                          shards=shards, options=options)
         sent = sent_bytes(result, int(np.argmax(result.finish_times)))
     rank = int(np.argmax(result.finish_times))
     compute = _compute_time(result, rank)

@@ -574,3 +574,15 @@ def test_csv_streams_and_json_comes_whole() -> None:
     assert stream.getvalue() == format_json(ROWS[:1])
     with pytest.raises(ValueError, match="unknown format 'xml'"):
         RowWriter(stream, "xml")
+
+
+def test_a_message_level_run_tells_its_progress() -> None:
+    from algorithms import ring_allreduce
+    from simcomm import SizeOnly, ring, simulate
+    from simcomm.collective_level import expected_messages
+    from simcomm.engine import PROGRESS_EVERY
+    told: list[int] = []
+    result = simulate(ring_allreduce, [SizeOnly(1000)] * 100, ring(100, 1e9, 1e-6),
+                      record=False, progress=told.append)
+    assert result.messages == expected_messages(ring_allreduce, 100) == 19800
+    assert told == [PROGRESS_EVERY] * (19800 // PROGRESS_EVERY)
