@@ -20,7 +20,7 @@ from typing import Any
 
 from algorithms.buffers import split_even, split_sizes
 from algorithms.ops import (
-    AVG, SUM, Alloc, Combine, Comm, Copy, Divide, Join, Recv, ReduceOp, Send, Wait,
+    AVG, SUM, Alloc, Combine, Comm, Copy, Divide, Join, Recv, ReduceOp, Send, Sleep, Wait,
 )
 
 Schedule = Generator[Any, Any, Any]
@@ -32,6 +32,20 @@ def run_after(previous: Any, schedule: Schedule) -> Schedule:
     if previous is not None:
         yield Join(previous)
     return (yield from schedule)
+
+
+def slowed(schedule: Schedule, seconds: float, label: str = "slowed") -> Schedule:
+    """``schedule`` with a ``Sleep`` of ``seconds`` before each of its ops: a rank slowed on
+    purpose, on either transport (the simulator models slow ranks with
+    ``Topology.compute_speed``; this is for testing what real runs do with one)."""
+    value = None
+    while True:
+        try:
+            op = schedule.send(value)
+        except StopIteration as stop:
+            return stop.value
+        yield Sleep(seconds, label)
+        value = yield op
 
 
 def _finish_avg(op: ReduceOp, buf: Any, size: int) -> Schedule:

@@ -70,6 +70,7 @@ import torch.distributed as dist
 import torch.profiler
 
 from algorithms.buffers import chunk_bounds
+from algorithms.collectives import slowed
 from algorithms.ops import (
     Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Sleep, Tuner, Wait,
 )
@@ -152,13 +153,16 @@ class Driver:
     hierarchical algorithms see as ``Comm.local_size``; by default torchrun's
     LOCAL_WORLD_SIZE for a driver over the whole world, else one node. ``tuner`` is
     ``Comm.tuner``: what algorithms that choose per call (``algorithms.tuned.nccl_allreduce``)
-    ask; it must answer every process alike.
+    ask; it must answer every process alike. ``slow_per_op`` makes this rank a straggler on
+    purpose: it sleeps that many seconds before each op of ``run``'s algorithm
+    (``algorithms.collectives.slowed``), for testing.
     """
 
     def __init__(self, ranks: Sequence[int] | None = None, *, channels: Sequence[Hashable] = (),
                  timeout: float = DEFAULT_TIMEOUT,
                  slice_bytes: int = DEFAULT_SLICE_BYTES, check: bool = False,
-                 local_size: int | None = None, tuner: Tuner | None = None) -> None:
+                 local_size: int | None = None, tuner: Tuner | None = None,
+                 slow_per_op: float = 0.0) -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised: start the process "
                                "with realcomm.launch (init_from_env or spawn) first")
@@ -168,6 +172,10 @@ class Driver:
             raise ValueError(f"slice_bytes must be an int >= 0, got {slice_bytes!r}")
         if not isinstance(check, bool):
             raise TypeError(f"check must be a bool, got {check!r}")
+        if not (isinstance(slow_per_op, (int, float)) and math.isfinite(slow_per_op)
+                and slow_per_op >= 0):
+            raise ValueError(f"slow_per_op must be finite seconds >= 0, got {slow_per_op!r}")
+        self.slow_per_op = float(slow_per_op)
         if tuner is not None and not callable(tuner):
             raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got "
                             f"{tuner!r}")
@@ -236,6 +244,8 @@ class Driver:
         if not isinstance(gen, Generator):
             raise TypeError(f"{name!r} did not return a generator: an algorithm is a "
                             "generator function that yields ops")
+        if self.slow_per_op:
+            gen = slowed(gen, self.slow_per_op)
         # Named in a torch profiler trace, as torch's own collectives are.
         with torch.profiler.record_function(f"realcomm:{name}"):
             return _Run(self).execute(gen)

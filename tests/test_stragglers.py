@@ -99,3 +99,34 @@ def test_the_commands_take_compute_speeds(capsys) -> None:
     assert main(["ddp", "--model", "resnet50", "--topology", "dgx-h100",
                  "--compute-speed", "9=0.8"]) == 2
     assert "compute speed for rank 9: the topology has ranks 0 to 7" in capsys.readouterr().err
+
+
+def _ring_with_a_slow_rank(slow: float) -> tuple[float, list[float]]:
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from realcomm import Driver
+    rank = dist.get_rank()
+    driver = Driver(slow_per_op=slow if rank == 1 else 0.0)
+    x = torch.full((1000,), float(rank))
+    begin = time.monotonic()
+    driver.run(ring_allreduce, x, check_args=False)
+    return time.monotonic() - begin, x[:2].tolist()
+
+
+def test_realcomm_slows_a_rank_on_purpose() -> None:
+    # Rank 1 sleeps 50 ms before each of its 6 ops (two ring steps of Send, Recv, Wait);
+    # rank 0 waits for it, and the sum is still right.
+    from algorithms.collectives import slowed
+    from realcomm import spawn
+    from simcomm import SizeOnly, simulate
+    (fast, result), (slow, _) = spawn(_ring_with_a_slow_rank, 2, (0.05,))
+    assert result == [1.0, 1.0]
+    assert 0.3 <= slow and 0.2 <= fast
+    # The same wrapper runs in the simulator, where its sleeps are exact.
+    nominal = simulate(ring_allreduce, [SizeOnly(1000)] * 2, switch(2, 1e9, 1e-6)).time
+    slower = simulate(lambda comm, x: slowed(ring_allreduce(comm, x), 0.05),
+                      [SizeOnly(1000)] * 2, switch(2, 1e9, 1e-6)).time
+    assert 0.3 <= slower <= nominal + 0.3 + 1e-12
