@@ -29,6 +29,7 @@ arguments, simulator errors and a ``--check`` too large for memory print one lin
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -168,6 +169,9 @@ def _add_topology_arguments(parser: argparse.ArgumentParser) -> None:
                           help="hierarchical: network link bandwidth (default --bandwidth)")
     topology.add_argument("--inter-latency", metavar="TIME",
                           help="hierarchical: latency across nodes (default --latency)")
+    topology.add_argument("--link-speed", metavar="SRC:DST=FACTOR,...",
+                          help="links at another bandwidth, both ways, e.g. gpu3:net=0.5 (a "
+                               "NIC at half rate; node names: simcomm topo show)")
     topology.add_argument("--compute-speed", metavar="RANK=FACTOR,...",
                           help="ranks that compute at another speed than the nominal one, "
                                "e.g. 3=0.8 (rank 3 20%% slow); any topology")
@@ -273,9 +277,20 @@ _BUILDER_ONLY = ("bandwidth", "latency", "reduce_bandwidth", "gpus_per_node",
 
 def _topology_from_args(args: argparse.Namespace) -> Topology:
     topology = _machine_from_args(args)
-    if args.compute_speed is None:
-        return topology
-    return topology.with_compute_speed(_compute_speeds(args.compute_speed))
+    if args.compute_speed is not None:
+        topology = topology.with_compute_speed(_compute_speeds(args.compute_speed))
+    for item in filter(None, (part.strip() for part in (args.link_speed or "").split(","))):
+        ends, eq, factor = item.partition("=")
+        src, colon, dst = ends.partition(":")
+        try:
+            bandwidth = float(factor)
+        except ValueError:
+            bandwidth = math.nan
+        if not (eq and colon and src and dst and 0 < bandwidth < math.inf):
+            raise ValueError(f"--link-speed: {item!r} is not SRC:DST=FACTOR (gpu3:net=0.5: "
+                             "the links between gpu3 and net at half their bandwidth)")
+        topology = topology.with_link_speed(src.strip(), dst.strip(), bandwidth)
+    return topology
 
 
 def _compute_speeds(text: str) -> dict[int, float]:

@@ -343,6 +343,28 @@ class Topology:
             factors[rank] = speed
         return replace(self, compute_speed=tuple(factors))
 
+    def with_link_speed(self, src: str, dst: str, bandwidth: float = 1.0, latency: float = 1.0,
+                        both_ways: bool = True) -> Topology:
+        """A copy whose links from node ``src`` to node ``dst`` (and back, with
+        ``both_ways``) carry ``bandwidth`` times their bandwidth and take ``latency`` times
+        their latency, under every protocol (a NIC at half rate: ``bandwidth=0.5``)."""
+        for name, factor in (("bandwidth", bandwidth), ("latency", latency)):
+            if not (isinstance(factor, (int, float)) and not isinstance(factor, bool)
+                    and 0 < factor < math.inf):
+                raise ValueError(f"link speed {src}->{dst}: the {name} factor must be a "
+                                 f"number > 0, got {factor!r}")
+        ends = {(src, dst), (dst, src)} if both_ways else {(src, dst)}
+        if not any((link.src, link.dst) in ends for link in self.links):
+            raise ValueError(f"topology {self.name!r} has no link from {src!r} to {dst!r}")
+        scaled = [replace(link, bandwidth=link.bandwidth * bandwidth,
+                          latency=link.latency * latency,
+                          ll_latency=None if link.ll_latency is None
+                          else link.ll_latency * latency,
+                          ll128_latency=None if link.ll128_latency is None
+                          else link.ll128_latency * latency)
+                  if (link.src, link.dst) in ends else link for link in self.links]
+        return replace(self, links=tuple(scaled))
+
     def with_latency_jitter(self, seed: int, max_extra: float) -> Topology:
         """A copy whose every link latency grows by a random amount in [0, max_extra)
         seconds, drawn from ``seed``."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from algorithms import alltoall_allreduce, reduce_broadcast_allreduce, ring_allreduce
 from algorithms.harness.model_presets import preset_model
 from algorithms.models import Layer, Model
-from simcomm import fully_connected, switch
+from simcomm import SizeOnly, fully_connected, hierarchical, simulate, switch
 from simcomm.presets import make_preset
 from simcomm.topofile import TopologyFileError, dump_topology, parse_topology
 from simcomm.training import simulate_ddp, simulate_fsdp
@@ -130,3 +130,64 @@ def test_realcomm_slows_a_rank_on_purpose() -> None:
     slower = simulate(lambda comm, x: slowed(ring_allreduce(comm, x), 0.05),
                       [SizeOnly(1000)] * 2, switch(2, 1e9, 1e-6)).time
     assert 0.3 <= slower <= nominal + 0.3 + 1e-12
+
+
+def test_a_link_at_another_speed() -> None:
+    topology = make_preset("cluster-h100:nodes=2")
+    half = topology.with_link_speed("gpu7", "net", bandwidth=0.5, latency=2.0)
+    changed = [(a, b) for a, b in zip(topology.links, half.links) if a != b]
+    assert sorted((a.src, a.dst) for a, _ in changed) == [("gpu7", "net"), ("net", "gpu7")]
+    for before, after in changed:
+        assert after.bandwidth == before.bandwidth / 2 and after.latency == 2 * before.latency
+        assert after.ll_latency == 2 * before.ll_latency
+    one_way = topology.with_link_speed("gpu7", "net", bandwidth=0.5, both_ways=False)
+    assert sum(a != b for a, b in zip(topology.links, one_way.links)) == 1
+    with pytest.raises(ValueError, match="no link from 'gpu7' to 'gpu9'"):
+        topology.with_link_speed("gpu7", "gpu9", 0.5)
+    with pytest.raises(ValueError, match="the bandwidth factor must be a number > 0"):
+        topology.with_link_speed("gpu7", "net", 0)
+
+
+@settings(max_examples=30)
+@given(p=st.integers(2, 12), data=st.data(), factor=st.floats(0.05, 1.0),
+       count=st.integers(1, 5000))
+def test_a_slower_link_never_makes_a_ring_faster_where_routes_stay(p, data, factor,
+                                                                  count) -> None:
+    from simcomm.testing import topologies
+    topology = data.draw(topologies(p))
+    link = topology.links[data.draw(st.integers(0, len(topology.links) - 1))]
+    slowed = topology.with_link_speed(link.src, link.dst, factor, 1 / factor,
+                                      both_ways=False)
+    # Routes take the fattest of the shortest paths: a slower link can move a route to
+    # another path, which may have less latency (see the test below).
+    assume(all(slowed.route(r, (r + 1) % p) == topology.route(r, (r + 1) % p)
+               for r in range(p)))
+    inputs = [SizeOnly(count)] * p
+    assert (simulate(ring_allreduce, inputs, slowed, record=False).time
+            >= simulate(ring_allreduce, inputs, topology, record=False).time * (1 - REL))
+
+
+def test_a_slower_link_can_move_a_route_to_a_path_of_less_latency() -> None:
+    # Two GPUs of one node joined through its switch and through the network, equally fat:
+    # the route takes the switch (listed first) until its uplink slows, then the network,
+    # here the path of less latency, so the ring gets faster.
+    topology = hierarchical(1, 2, 1e9, 10e-6, 1e9, 1e-6)
+    slowed = topology.with_link_speed("gpu0", "node0.switch", 0.5, both_ways=False)
+    assert [topology.links[i].dst for i in topology.route(0, 1)] == ["node0.switch", "gpu1"]
+    assert [slowed.links[i].dst for i in slowed.route(0, 1)] == ["net", "gpu1"]
+    inputs = [SizeOnly(1)] * 2
+    assert (simulate(ring_allreduce, inputs, slowed).time
+            < simulate(ring_allreduce, inputs, topology).time)
+
+
+def test_the_commands_take_link_speeds(capsys) -> None:
+    from simcomm.cli import main
+    argv = ["bench", "--algorithm", "ring_allreduce", "--topology", "cluster-h100:nodes=2",
+            "--sizes", "1GiB", "--format", "csv"]
+    assert main(argv) == 0
+    nominal = float(capsys.readouterr().out.splitlines()[-1].split(",")[5])
+    assert main(argv + ["--link-speed", "gpu7:net=0.5"]) == 0
+    slowed = float(capsys.readouterr().out.splitlines()[-1].split(",")[5])
+    assert slowed == pytest.approx(2 * nominal, rel=0.01)  # its NIC is the ring's bottleneck
+    assert main(argv + ["--link-speed", "gpu7=0.5"]) == 2
+    assert "--link-speed: 'gpu7=0.5' is not SRC:DST=FACTOR" in capsys.readouterr().err
