@@ -109,12 +109,9 @@ class _Hops:
 
     def __init__(self, topology: Topology, peers: np.ndarray) -> None:
         p, links = topology.size, topology.links
-        routes = [topology.route(i, int(peers[i])) for i in range(p)]
-        width = max((len(route) for route in routes), default=0)
-        # Routes as rows of link indices, padded with a link of no latency, no gap and
-        # infinite bandwidth (index -1, the last entry of the arrays below).
-        self.route = np.array([route + (-1,) * (width - len(route)) for route in routes],
-                              dtype=np.int64).reshape(p, width)
+        # Routes as rows of link indices, padded with -1: a link of no latency, no gap and
+        # infinite bandwidth (the last entry of the arrays below).
+        self.route = topology.route_matrix(np.arange(p), peers)
         used = np.unique(self.route[self.route >= 0])
         self.latency_of, self.bandwidth_of, self.gap_of = (
             np.zeros(len(links) + 1), np.full(len(links) + 1, np.inf), np.zeros(len(links) + 1))
@@ -268,10 +265,8 @@ class _Traffic:
              burst: np.ndarray) -> np.ndarray:
         """Send ``nbytes`` from each ``src`` to its ``dst``, posted at ``post``, each the
         next message of its ``burst``; return when each arrives."""
-        routes = [self.topology.route(int(a), int(b)) for a, b in zip(src, dst)]
-        width = max((len(route) for route in routes), default=0)
-        rows = np.array([route + (self.sentinel,) * (width - len(route)) for route in routes],
-                        dtype=np.int64).reshape(len(routes), width)
+        rows = self.topology.route_matrix(src, dst)
+        rows[rows < 0] = self.sentinel
         self._learn(rows)
         if self.pipes:
             rows = np.hstack([(len(self.topology.links) + src)[:, None], rows])
@@ -401,12 +396,9 @@ def _tree_cost(topology: Topology, nbytes: int, root: int, tree: bool, op: Reduc
     for phase in phases:
         times = (_binomial_reduce(traffic, times, root, nbytes, memory, op) if phase == "reduce"
                  else _binomial_broadcast(traffic, times, root, nbytes))
-    sent = np.zeros(p)  # every rank but the root sends the buffer once per phase
-    sent[np.arange(p) != root] = nbytes * len(phases)
-    if phases == ["broadcast"]:
-        sent = _broadcast_sent(p, root, nbytes)
-    elif len(phases) == 2:
-        sent += _broadcast_sent(p, root, nbytes) - nbytes * (np.arange(p) != root)
+    # A reduce sends the buffer once from every rank but the root; a broadcast once per child.
+    sent = sum(((np.arange(p) != root) * float(nbytes) if phase == "reduce"
+                else _broadcast_sent(p, root, nbytes)) for phase in phases)
     return CollectiveCost(times, traffic.messages, sent, traffic.bytes, traffic.busy,
                           not traffic.contended)
 
@@ -602,11 +594,6 @@ def expected_messages(algorithm: Callable[..., Any], ranks: int) -> int | None:
     ``algorithm`` on ``ranks`` ranks (at least that many); None if no model knows."""
     model = MODELS.get(algorithm)
     return None if model is None else model.messages(ranks)
-
-
-def has_model(algorithm: Callable[..., Any]) -> bool:
-    """Whether ``algorithm`` has a cost at the collective level."""
-    return algorithm in MODELS
 
 
 def collective_cost(algorithm: Callable[..., Any], count: int, itemsize: int,

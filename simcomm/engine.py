@@ -205,6 +205,7 @@ class _Simulation(Interpreter):
         self.variation_rng = None if variation is None else np.random.default_rng(variation.seed)
         self.message_delay = None if variation is None else variation.message_delay
         self.compute_factor = None if variation is None else variation.compute_factor
+        self.departs_late = jitter is not None or self.message_delay is not None
         self.env = simpy.Environment()
         self.has_data = has_data  # numpy buffers; size-only runs move no data
         self.topology = topology
@@ -319,7 +320,7 @@ class _Simulation(Interpreter):
         return h
 
     def _leave(self, h: _Handle) -> None:
-        if self.jitter is None and self.message_delay is None:
+        if not self.departs_late:
             self._cross(h, self.env.now)
             return
         # It leaves a little late; _on_hop puts it on its first link then.

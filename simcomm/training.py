@@ -129,7 +129,7 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
                  ) -> StepReport:
     """Simulate one DDP step of ``model`` on every rank of ``topology``; at ``level``
     ``collective`` (or ``auto``, see ``simulate``) each all-reduce is one timed event on a
-    rank that stands for all (``run_at_collective_level``). ``variation`` draws messages'
+    rank that stands for all (``run_one_rank_for_all``). ``variation`` draws messages'
     delays and computations' lengths at random (``simcomm.variation``; message level);
     ``progress`` is ``simulate``'s."""
     buckets = model_buckets(model, bucket_cap, first_bucket_cap)
@@ -140,7 +140,7 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
     if choose_level(_level_for(level, variation), allreduce, topology.size, calls=len(buckets),
                     params=allreduce_params) == "collective":
         timed = TimedCollective(allreduce, topology, **allreduce_params)
-        result = run_at_collective_level(_ddp_rank, topology, [timed], trace=trace, model=model,
+        result = run_one_rank_for_all(_ddp_rank, topology, [timed], trace=trace, model=model,
                                          grads=grads, buckets=buckets, allreduce=timed,
                                          overlap=overlap, allreduce_params={})
     else:
@@ -211,7 +211,7 @@ def _level_for(level: str, variation: Variation | None) -> str:
     return "message"
 
 
-def run_at_collective_level(schedule: Callable[..., Schedule], topology: Topology,
+def run_one_rank_for_all(schedule: Callable[..., Schedule], topology: Topology,
                             collectives: Sequence[TimedCollective], trace: Any = None,
                             **params: Any) -> SimResult:
     """Run ``schedule`` (called as a per-rank algorithm, with ``params``) on one rank that
@@ -346,7 +346,7 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
                   progress: Callable[[int], None] | None = None) -> FSDPReport:
     """Simulate one FSDP step of ``model`` (one unit per layer) on ``topology``; at
     ``level`` ``collective`` (or ``auto``) each all-gather and reduce-scatter is one timed
-    event (``run_at_collective_level``)."""
+    event (``run_one_rank_for_all``)."""
     p = topology.size
     dtype = _grad_dtype(model)
     flat = [SizeOnly(padded_size(layer.param_count, p), dtype) for layer in model.layers]
@@ -359,7 +359,7 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
         machine = Machine(topology)
         collectives = [TimedCollective(all_gather, machine),
                        TimedCollective(reduce_scatter, machine)]
-        result = run_at_collective_level(
+        result = run_one_rank_for_all(
             _fsdp_rank, topology, collectives, trace=trace, model=model, flat=flat,
             shards=shards, options=options, all_gather_algorithm=collectives[0],
             reduce_scatter_algorithm=collectives[1])

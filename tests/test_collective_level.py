@@ -286,3 +286,16 @@ def test_a_tuner_given_chooses_at_the_collective_level_too() -> None:
                      protocol="ll128", channels=4)
     default = simulate(nccl_allreduce, inputs, topology, level="collective")
     assert forced.time == named.time != default.time
+
+
+@pytest.mark.parametrize("algorithm, params", [(ring_allreduce, {}), (reduce, {"tree": True}),
+                                               (broadcast, {"tree": True, "root": 2}),
+                                               (reduce_broadcast_allreduce, {"tree": True})])
+def test_each_rank_sends_the_bytes_the_message_level_sends(algorithm, params) -> None:
+    topology = make_preset("dgx-h100:gpus=7")
+    message = simulate(algorithm, [SizeOnly(1001)] * 7, topology, **params)
+    sent = np.zeros(7)
+    for event in message.sends():
+        sent[event.rank] += event.nbytes
+    assert collective_cost(algorithm, 1001, 4, topology, **params).sent_bytes.tolist() == (
+        sent.tolist())
