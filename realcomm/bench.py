@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from algorithms.harness.bench import (
-    AVERAGES, DTYPES, BenchConfig, BenchRow, bench_row, buffer_count, check_inputs,
+    AVERAGES, DTYPES, BenchConfig, BenchRow, RunSpread, bench_row, buffer_count, check_inputs,
     count_wrong, rank_time,
 )
 from algorithms.harness.catalog import Collective
@@ -86,6 +86,7 @@ class RunOptions:
     timing: str = "mean"
     check_messages: bool = False  # the driver's check mode
     average: int | None = None  # nccl-tests' -a (AVERAGES); None: DEFAULT_AVERAGE[timing]
+    per_iteration: bool = False  # -I: time every run and give each row their spread
 
     def __post_init__(self) -> None:
         if self.warmup_iters < 0:
@@ -131,8 +132,8 @@ def _bench_size(config: BenchConfig, options: RunOptions, driver: Driver,
     count = buffer_count(config.collective, p, size, config.dtype.itemsize)
     x = torch.ones(count, dtype=_to_torch(np.empty(0, dtype=config.dtype)).dtype, device=device)
     run = make_runner(config, options.baseline, driver, x)
-    seconds = time_runs(run, options.warmup_iters, options.iters, device, options.timing,
-                        options.rank_average)
+    seconds, runs = measure_runs(run, options.warmup_iters, options.iters, device,
+                                 options.timing, options.rank_average, options.per_iteration)
     wrong = None
     if config.check:
         inputs = check_inputs(p, count, config.dtype, config.op)
@@ -148,7 +149,7 @@ def _bench_size(config: BenchConfig, options: RunOptions, driver: Driver,
         dist.broadcast(count_tensor, src=0)
         wrong = int(count_tensor.item())
     return bench_row(config.collective, p, size, config.dtype, config.op, config.root,
-                     seconds, wrong)
+                     seconds, wrong, spread=RunSpread.of(runs) if options.per_iteration else None)
 
 
 def time_runs(run: Runner, warmup_iters: int, iters: int, device: torch.device,
@@ -159,9 +160,19 @@ def time_runs(run: Runner, warmup_iters: int, iters: int, device: torch.device,
     over ranks, as nccl-tests reports). ``timing="median"``: each run's time on the ranks
     made one by ``average`` (default 3, the slowest rank), the median over the runs (on
     CUDA each run is then synchronised, so runs no longer overlap)."""
+    return measure_runs(run, warmup_iters, iters, device, timing, average)[0]
+
+
+def measure_runs(run: Runner, warmup_iters: int, iters: int, device: torch.device,
+                 timing: str = "mean", average: int | None = None, each_run: bool = False
+                 ) -> tuple[float, tuple[float, ...]]:
+    """``time_runs``'s seconds per run, and with ``each_run`` every timed run's seconds
+    (the ranks' made one by ``average``, as the median timing does; on CUDA each run is
+    then synchronised); without, no run times."""
     if timing not in TIMINGS:
         raise ValueError(f"unknown timing {timing!r}; known: {', '.join(TIMINGS)}")
     average = DEFAULT_AVERAGE[timing] if average is None else average
+    each_run = each_run or timing == "median"
     run(True)
     for _ in range(warmup_iters):
         run(False)
@@ -169,16 +180,19 @@ def time_runs(run: Runner, warmup_iters: int, iters: int, device: torch.device,
     marks = [time.perf_counter()]
     for _ in range(iters):
         run(False)
-        if timing == "median" and device.type == "cuda":
+        if each_run and device.type == "cuda":
             torch.cuda.synchronize(device)
         marks.append(time.perf_counter())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = (time.perf_counter() - marks[0]) / iters
+    if not each_run:
+        return rank_time(_every_rank([elapsed], device)[:, 0], average), ()
+    everyone = _every_rank([elapsed, *np.diff(marks)], device)
+    runs = tuple(rank_time(everyone[:, i], average) for i in range(1, iters + 1))
     if timing == "mean":
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        elapsed = _every_rank([(time.perf_counter() - marks[0]) / iters], device)
-        return rank_time(elapsed[:, 0], average)
-    per_run = _every_rank(np.diff(marks), device)
-    return float(np.median([rank_time(per_run[:, i], average) for i in range(iters)]))
+        return rank_time(everyone[:, 0], average), runs
+    return float(np.median(runs)), runs
 
 
 def _every_rank(seconds: Any, device: torch.device) -> np.ndarray:

@@ -89,6 +89,10 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
                           + ", ".join(f"{k} {v}" for k, v in AVERAGES.items())
                           + f" (default {DEFAULT_AVERAGE['mean']}, as nccl-tests; with "
                             f"--timing median, {DEFAULT_AVERAGE['median']} for each run)")
+    run.add_argument("-I", "--per-iteration", action="store_true",
+                     help="time every run and add their spread to each row: least, median, "
+                          "90th and 99th percentile, most (us) and coefficient of variation; "
+                          "JSON keeps every run's time")
     run.add_argument("--baseline", default="none", choices=BASELINES,
                      help="native: time torch's own collective of the same kind instead")
     run.add_argument("-T", "--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -122,7 +126,8 @@ def bench_and_print(configs: Sequence[BenchConfig], options: RunOptions, backend
     if dist.get_rank() == 0:
         header = _bench_header(configs[0], options, backend or backend_for(device),
                                dist.get_world_size(), device)
-        writer = RowWriter(sys.stdout, configs[0].format, header, algo_column=False)
+        writer = RowWriter(sys.stdout, configs[0].format, header, algo_column=False,
+                           spread=options.per_iteration)
         _quietly(writer.start)
     for config in configs:
         bench_rank(config, options, device,
@@ -154,6 +159,9 @@ def _bench_header(config: BenchConfig, options: RunOptions, backend: str, world_
         f"{timing}, {AVERAGES[options.rank_average]} (-a {options.rank_average})",
         "data check: on" if config.check else "data check: off (-c 1 counts wrong elements)",
     ]
+    if options.per_iteration:
+        header.append(f"per run (-I): each run timed alone, {AVERAGES[options.rank_average]}"
+                      + (", synchronised after each" if device.type == "cuda" else ""))
     if options.check_messages:
         header.append("message check: not used by the native baseline"
                       if options.baseline == "native"
@@ -174,7 +182,7 @@ def _options_from_args(args: argparse.Namespace) -> RunOptions:
     except ValueError as error:
         raise ValueError(f"--slice-bytes: {error}") from None
     return RunOptions(args.warmup_iters, args.iters, args.baseline, args.timeout, slice_bytes,
-                      args.timing, args.check_messages, args.average)
+                      args.timing, args.check_messages, args.average, args.per_iteration)
 
 
 def _add_timing_argument(parser: argparse._ActionsContainer) -> None:

@@ -10,6 +10,8 @@ in nccl-tests' columns (``algorithms.harness.bench``).
   ranks, bandwidth and latency in human units, a preset or a topology file.
 * ``bench_size(config, topology, size, average)`` simulates one size and returns its row;
   ``bench_rows`` yields every size's row of the configuration as each is simulated;
+  ``sample_seconds`` is one seeded sample of a size under random variation and
+  ``sampled_row`` the row of many, with their spread;
   ``traced_run`` one size again with the op trace, for summaries, Chrome traces and
   timelines.
 
@@ -22,12 +24,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+
+import numpy as np
 
 from tqdm import tqdm
 
 from algorithms.harness.bench import (
-    BenchConfig, BenchRow, bench_config, bench_row, buffer_count, check_inputs, count_wrong,
-    rank_time,
+    BenchConfig, BenchRow, RunSpread, bench_config, bench_row, buffer_count, check_inputs,
+    count_wrong, rank_time,
 )
 from algorithms.harness.catalog import UserAlgorithmError
 from simcomm.buffers import SizeOnly
@@ -38,6 +43,7 @@ from simcomm.results import SimResult
 from simcomm.topofile import load_topology
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
 from simcomm.units import parse_bandwidth, parse_seconds
+from simcomm.variation import Samples, Variation
 
 
 # The time of a simulated run: when its last rank finishes (nccl-tests' -a 3).
@@ -100,14 +106,15 @@ def _parse(what: str, parse: Callable[[str], float], text: str) -> float:
 
 def bench_size(config: BenchConfig, topology: Topology, size: int,
                average: int = SLOWEST_RANK, level: str = "message",
-               progress: Callable[[int], None] | None = None) -> BenchRow:
+               progress: Callable[[int], None] | None = None,
+               variation: Variation | None = None) -> BenchRow:
     """Simulate ``config``'s collective at ``size`` bytes on ``topology`` and score it; its
     time is the ranks' finish times made one as nccl-tests' ``-a`` says (``rank_time``;
     default the last rank's, when the collective is done).
 
     Size-only buffers unless ``config.check``, which runs numpy data and counts wrong
-    elements. ``level`` and ``progress``: as ``simulate``'s (``bench_level`` says which
-    level a run takes).
+    elements. ``level``, ``progress`` and ``variation``: as ``simulate``'s (``bench_level``
+    says which level a run takes).
     """
     p = topology.size
     count = buffer_count(config.collective, p, size, config.dtype.itemsize)
@@ -116,7 +123,7 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
     else:
         inputs = [SizeOnly(count, config.dtype)] * p  # immutable, so one serves every rank
     result = simulate(config.collective.function, inputs, topology, record=False, level=level,
-                      progress=progress, **config.algorithm_kwargs())
+                      progress=progress, variation=variation, **config.algorithm_kwargs())
     wrong = None
     if config.check:
         wrong = count_wrong(config.collective, inputs, result.results, config.op,
@@ -126,14 +133,29 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
                      rank_time(result.finish_times, average), wrong, algo)
 
 
+def sample_seconds(seed: int, config: BenchConfig, topology: Topology, size: int,
+                   variation: Variation, average: int = SLOWEST_RANK) -> float:
+    """One seeded sample of ``size``: its time with ``variation``'s draws from ``seed``
+    (module level, so that worker processes can run it)."""
+    row = bench_size(config, topology, size, average, variation=replace(variation, seed=seed))
+    return row.time_us / 1e6
+
+
+def sampled_row(config: BenchConfig, world_size: int, size: int, samples: Samples) -> BenchRow:
+    """The row of ``size`` from seeded samples: their mean time (as nccl-tests' time is the
+    mean of its runs), and their spread."""
+    return bench_row(config.collective, world_size, size, config.dtype, config.op, config.root,
+                     float(np.mean(samples.times)), None, spread=RunSpread.of(samples.times))
+
+
 def bench_rows(config: BenchConfig, topology: Topology, average: int = SLOWEST_RANK,
-               level: str = "message", progress: Callable[[int], None] | None = None
-               ) -> Iterator[BenchRow]:
+               level: str = "message", progress: Callable[[int], None] | None = None,
+               variation: Variation | None = None) -> Iterator[BenchRow]:
     """Every size of ``config`` on ``topology``, each row as soon as it is simulated (its
     root is checked against the ranks first)."""
     config.check_world(topology.size)
     for size in config.sizes:
-        yield bench_size(config, topology, size, average, level, progress)
+        yield bench_size(config, topology, size, average, level, progress, variation)
 
 
 def message_progress(total: int | None) -> tqdm:

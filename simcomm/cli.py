@@ -34,6 +34,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
@@ -50,27 +51,32 @@ from algorithms.harness.tuner_file import format_tuner_file, rows_for
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
     SLOWEST_RANK, algorithm_config, bench_level, bench_rows, is_builder, load_named_topology,
-    message_progress, traced_run,
+    message_progress, sample_seconds, sampled_row, traced_run,
 )
 from simcomm.collective_level import (
     AUTO_MESSAGE_LIMIT, LEVELS, describe_level, expected_messages,
 )
 from simcomm.calibration import load_calibration
 from simcomm.crossover import crossovers, format_crossovers
+from simcomm.executors import default_jobs
 from simcomm.presets import describe, list_presets
 from simcomm.results import SimResult
 from simcomm.summary import format_summary
 from simcomm.sweep import (
     DEFAULT_ALGORITHMS, DEFAULT_BANDWIDTHS, DEFAULT_LATENCIES, DEFAULT_RANKS, DEFAULT_SIZES,
-    DEFAULT_TOPOLOGIES, Grid, default_jobs, point_key, row_key, run_sweep,
+    DEFAULT_TOPOLOGIES, Grid, point_key, row_key, run_sweep,
     split_list,
 )
 from simcomm.sweep_csv import Series, SweepRow, read_bench_csv, read_csv, write_csv
 from simcomm.topofile import dump_topology
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
 from simcomm.tuning import CANDIDATES, ModelTuner
-from simcomm.train_cli import add_ddp_parser, add_fsdp_parser, run_ddp, run_fsdp
+from simcomm.train_cli import (
+    add_ddp_parser, add_fsdp_parser, add_variation_arguments, run_ddp, run_fsdp, run_samples,
+    save_histogram, variation_from_args,
+)
 from simcomm.units import parse_bandwidth, parse_seconds
+from simcomm.variation import Variation
 from simcomm.validate import compare, format_validation, validation_series
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,6 +130,7 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
                              "matplotlib)")
     _add_topology_arguments(parser)
     _add_level_argument(parser)
+    add_variation_arguments(parser, training=False)
     parser.set_defaults(run=bench)
 
 
@@ -186,21 +193,43 @@ def bench(args: argparse.Namespace) -> int:
     for config in configs:
         config.check_world(topology.size)
     average = SLOWEST_RANK if args.average is None else args.average
+    variation = variation_from_args(args)
     level = bench_level(configs[0], topology, args.level)
     header = _bench_header(args, configs[0], topology)
     header.append(describe_level(args.level, level))
-    writer = RowWriter(sys.stdout, configs[0].format, header)
+    if args.samples is not None:
+        header.append(f"{args.samples} seeded samples a size (seeds {args.seed} to "
+                      f"{args.seed + args.samples - 1}): time is their mean; min to max their "
+                      "spread, cv their coefficient of variation")
+    writer = RowWriter(sys.stdout, configs[0].format, header, spread=args.samples is not None)
     writer.start()
-    expected = expected_messages(configs[0].collective.function, topology.size)
-    with message_progress(None if expected is None
-                          else expected * sum(len(c.sizes) for c in configs)) as bar:
-        for config in configs:
-            for row in bench_rows(config, topology, average, args.level, bar.update):
-                writer.write(row)
+    if args.samples is not None:
+        _bench_samples(args, configs, topology, average, variation or Variation(0), writer)
+    else:
+        expected = expected_messages(configs[0].collective.function, topology.size)
+        with message_progress(None if expected is None
+                              else expected * sum(len(c.sizes) for c in configs)) as bar:
+            for config in configs:
+                for row in bench_rows(config, topology, average, args.level, bar.update,
+                                      variation):
+                    writer.write(row)
     writer.finish()
     if args.summary or args.trace or args.timeline:
         _largest_run(args, configs[0], topology)
     return 0
+
+
+def _bench_samples(args: argparse.Namespace, configs: Sequence[BenchConfig], topology: Topology,
+                   average: int, variation: Variation, writer: RowWriter) -> None:
+    """``--samples``: every size's seeded samples, a row each with their spread."""
+    drawn = {}
+    for config in configs:
+        for size in config.sizes:
+            run = partial(sample_seconds, config=config, topology=topology, size=size,
+                          variation=variation, average=average)
+            drawn[f"{config.collective.name}, {size} B"] = samples = run_samples(args, run)
+            writer.write(sampled_row(config, topology.size, size, samples))
+    save_histogram(args, drawn, f"{args.samples} seeded samples a size on {topology.name}")
 
 
 def _add_level_argument(parser: argparse.ArgumentParser) -> None:

@@ -205,7 +205,9 @@ class _Simulation(Interpreter):
         self.variation_rng = None if variation is None else np.random.default_rng(variation.seed)
         self.message_delay = None if variation is None else variation.message_delay
         self.compute_factor = None if variation is None else variation.compute_factor
-        self.departs_late = jitter is not None or self.message_delay is not None
+        self.message_slowdown = None if variation is None else variation.message_slowdown
+        self.departs_late = (jitter is not None or self.message_delay is not None
+                             or self.message_slowdown is not None)
         self.env = simpy.Environment()
         self.has_data = has_data  # numpy buffers; size-only runs move no data
         self.topology = topology
@@ -329,6 +331,10 @@ class _Simulation(Interpreter):
             delay += self.jitter_rng.uniform(0.0, self.jitter.max_delay)
         if self.message_delay is not None:
             delay += self.message_delay.draw(self.variation_rng)
+        if self.message_slowdown is not None:  # its own route, each byte slower on every link
+            factor = self.message_slowdown.draw(self.variation_rng)
+            h.route = tuple((i, per_byte * factor, latency, gap)
+                            for i, per_byte, latency, gap in h.route)
         self.env.timeout(_ticks(delay), h).callbacks.append(self._on_hop)
 
     def _route(self, src: int, dst: int, protocol: Protocol) -> Route:
@@ -804,9 +810,10 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     lets sends up to that size complete without a receive, as MPI's eager protocol does.
     ``max_ops`` (ops of all ranks together) and ``max_time`` (simulated seconds) bound the
     run: past either, ``RunLimitError``; None lifts the bound. ``variation``
-    (``simcomm.variation.Variation``) draws each message's late start and each computation's
-    length from seeded distributions, the machine's own spread. ``progress(n)`` is told of
-    every n (``PROGRESS_EVERY``) messages sent, for a progress bar. ``jitter`` delays messages
+    (``simcomm.variation.Variation``) draws each message's late start and slowdown and each
+    computation's length from seeded distributions, the machine's own spread.
+    ``progress(n)`` is told of every n (``PROGRESS_EVERY``) messages sent, for a progress
+    bar. ``jitter`` delays messages
     and computations at random (``Jitter``), to explore the orders a run may take.
     ``tuner`` chooses how the collectives that ask (``algorithms.tuned.nccl_allreduce``) run
     (``Comm.tuner``); by default ``simcomm.tuning.ModelTuner(topology)``, this model's

@@ -1,6 +1,7 @@
 """PNG plots: sweeps (time and bus bandwidth against size, one line per series; the PNGs of
 a sweep's rows, one per ranks x bandwidth x latency), the timeline of one run (rows per rank
-and a row per busy link), a DDP bucket-cap sweep and FSDP's memory over a step.
+and a row per busy link), a DDP bucket-cap sweep, FSDP's memory over a step and histograms
+of seeded samples' times.
 
 Figures are drawn on matplotlib's Agg canvas directly, never through pyplot, so no display
 is needed and nothing global (pyplot's current figure, the chosen backend) is touched; a
@@ -12,9 +13,10 @@ import this one only inside the functions that draw.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -248,4 +250,26 @@ def memory_figure(report: FSDPReport, title: str = "") -> Figure:
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize="small")
     figure.suptitle(title or "FSDP memory over one step")
+    return figure
+
+
+def samples_figure(samples: Mapping[str, Sequence[float]], title: str = "") -> Figure:
+    """A histogram of each series of times (seconds; one panel each, keyed by a label such
+    as a size), with the median and the 90th and 99th percentiles marked."""
+    if not samples:
+        raise ValueError("no samples to draw")
+    figure = Figure(figsize=(8, 2.6 * len(samples) + 0.6), layout="constrained")
+    FigureCanvasAgg(figure)
+    panels = figure.subplots(len(samples), 1, squeeze=False)[:, 0]
+    for axes, (label, times) in zip(panels, samples.items()):
+        ms = np.asarray(times) * 1e3
+        axes.hist(ms, bins=min(50, max(5, len(ms) // 4)), color="C0", alpha=0.8)
+        for q, style in ((50, "-"), (90, "--"), (99, ":")):
+            value = float(np.percentile(ms, q))
+            axes.axvline(value, color="C1", linestyle=style, label=f"p{q} {value:.3f} ms")
+        axes.set_title(label, fontsize="medium")
+        axes.set_xlabel("time (ms)")
+        axes.set_ylabel("samples")
+        axes.legend(fontsize="small")
+    figure.suptitle(title or f"{sum(map(len, samples.values()))} samples")
     return figure

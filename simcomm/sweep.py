@@ -23,10 +23,8 @@ is two topologies.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 from algorithms.harness.bench import CSV_HEADER, size_range
@@ -35,6 +33,7 @@ from simcomm.bench import (
     algorithm_config, bench_size, build_topology, is_builder, load_named_topology,
     split_algorithm_spec,
 )
+from simcomm.executors import executor
 from simcomm.sweep_csv import SweepRow
 
 DEFAULT_ALGORITHMS = ("ring_allreduce", "reduce_broadcast_allreduce", "alltoall_allreduce")
@@ -43,7 +42,6 @@ DEFAULT_TOPOLOGIES = ("switch",)
 DEFAULT_RANKS = (8,)
 DEFAULT_BANDWIDTHS = ("100GB/s",)
 DEFAULT_LATENCIES = ("5us",)
-SCHEDULER_TIMEOUT = "10s"  # to reach a dask scheduler before giving up
 
 
 def split_list(text: str) -> list[str]:
@@ -160,13 +158,6 @@ def run_point(point: Point) -> SweepRow:
                     point.latency, *(getattr(row, column) for column in CSV_HEADER.split(",")))
 
 
-def default_jobs() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def run_sweep(points: Sequence[Point], jobs: int = 1,
               on_done: Callable[[int, int], None] | None = None, scheduler: str | None = None,
               on_row: Callable[[SweepRow], None] | None = None) -> list[SweepRow]:
@@ -187,12 +178,12 @@ def run_sweep(points: Sequence[Point], jobs: int = 1,
         if on_done:
             on_done(done, total)
 
-    with _executor(jobs, scheduler, total) as executor:
-        if executor is None:
+    with executor(jobs, scheduler, total) as pool:
+        if pool is None:
             for i, point in enumerate(points):
                 finished(i, run_point(point), i + 1)
         else:
-            index = {executor.submit(run_point, point): i for i, point in enumerate(points)}
+            index = {pool.submit(run_point, point): i for i, point in enumerate(points)}
             try:
                 for done, future in enumerate(as_completed(index), 1):
                     finished(index[future], future.result(), done)
@@ -201,21 +192,3 @@ def run_sweep(points: Sequence[Point], jobs: int = 1,
                     future.cancel()
                 raise
     return [row for row in results if row is not None]
-
-
-@contextmanager
-def _executor(jobs: int, scheduler: str | None, total: int) -> Iterator[Executor | None]:
-    """Where the points run: a dask.distributed cluster, local processes, or (None) here."""
-    if scheduler is not None:
-        try:
-            from distributed import Client
-        except ImportError:
-            raise ValueError("a scheduler needs dask.distributed: pip install "
-                             "'simcomm[dask]'") from None
-        with Client(scheduler, timeout=SCHEDULER_TIMEOUT) as client:
-            yield client.get_executor()
-    elif jobs == 1 or total <= 1:
-        yield None
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, total)) as pool:
-            yield pool

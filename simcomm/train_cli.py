@@ -34,6 +34,7 @@ from algorithms.harness.model_presets import DEFAULT_THROUGHPUT, PRESET_MODELS, 
 from algorithms.models import Model
 from simcomm.bench import message_progress
 from simcomm.collective_level import describe_level, expected_messages
+from simcomm.executors import default_jobs
 from simcomm.kineto_trace import write_kineto_traces
 from simcomm.results import SimResult
 from simcomm.topology import Topology
@@ -41,9 +42,8 @@ from simcomm.training import (
     FSDPReport, StepReport, bucket_sweep, model_buckets, no_sharding_memory, sent_bytes,
     simulate_ddp, simulate_dp, simulate_fsdp,
 )
-from simcomm.sweep import default_jobs
 from simcomm.units import format_bytes, parse_bytes, parse_flops
-from simcomm.variation import Distribution, Variation, sample_times
+from simcomm.variation import Distribution, Samples, Variation, sample_times
 
 ALLREDUCES = [name for name, c in COLLECTIVES.items() if c.kind == "allreduce"]
 
@@ -79,40 +79,81 @@ def add_ddp_parser(commands: argparse._SubParsersAction,
     parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the DDP step as a Chrome trace-event file (Perfetto)")
     _add_kineto_argument(parser)
-    _add_variation_arguments(parser)
+    add_variation_arguments(parser, training=True)
     add_topology_arguments(parser)
 
 
-def _add_variation_arguments(parser: argparse.ArgumentParser) -> None:
+def add_variation_arguments(parser: argparse.ArgumentParser, training: bool) -> None:
+    """The flags of random variation and seeded samples (``--compute-noise`` only where
+    there is computation: ``training``)."""
     spread = parser.add_argument_group(
-        "random variation", "each message leaves late and each computation takes longer or "
-                            "shorter by draws from these, seeded (message level)")
-    spread.add_argument("--compute-noise", metavar="DIST",
-                        help="factor on every computation, e.g. lognormal:1,0.05 (median 1, "
-                             "sigma 0.05), normal:1,0.03, uniform:0.95,1.1, empirical:FILE")
+        "random variation", "messages leave late and cross slower"
+        + (", computations take longer or shorter" if training else "")
+        + ", by seeded draws from these (message level)")
+    if training:
+        spread.add_argument("--compute-noise", metavar="DIST",
+                            help="factor on every computation, e.g. lognormal:1,0.05 (median "
+                                 "1, sigma 0.05), normal:1,0.03, uniform:0.95,1.1, "
+                                 "empirical:FILE")
     spread.add_argument("--message-delay", metavar="DIST",
-                        help="seconds every message leaves late, e.g. normal:2us,1us or "
-                             "empirical:FILE (one time a line)")
+                        help="seconds every message leaves late, e.g. normal:2us,1us, "
+                             "lognormal:20us,1.5 or empirical:FILE (one time a line)")
+    spread.add_argument("--message-slowdown", metavar="DIST",
+                        help="factor on every message's time on its links, e.g. "
+                             "lognormal:1,0.1 (throughput noise)")
     spread.add_argument("--seed", type=int, default=0, help="of the first draw (default 0)")
     spread.add_argument("--samples", type=int, metavar="N",
                         help="run N seeds (in parallel) and print the median, p90 and p99 "
-                             "step time")
+                             + ("step time" if training else "time of each size, in columns"))
+    spread.add_argument("--histogram", metavar="FILE.png", type=output_file,
+                        help="with --samples: draw their histogram (needs matplotlib)")
+    spread.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                        help="with --samples: run them on this dask.distributed scheduler's "
+                             "cluster (default: local processes)")
 
 
-def _variation_from_args(args: argparse.Namespace) -> Variation | None:
+def variation_from_args(args: argparse.Namespace) -> Variation | None:
+    """The ``Variation`` the flags of ``add_variation_arguments`` ask for, or None."""
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
-    compute = message = None
-    if args.compute_noise:
+    for flag, value in (("--histogram", args.histogram), ("--scheduler", args.scheduler)):
+        if value is not None and args.samples is None:
+            raise ValueError(f"{flag} goes with --samples N")
+    compute = None
+    if getattr(args, "compute_noise", None):
         compute = _distribution("--compute-noise", args.compute_noise, seconds=False)
+    delay = slowdown = None
     if args.message_delay:
-        message = _distribution("--message-delay", args.message_delay, seconds=True)
-    if compute is None and message is None:
+        delay = _distribution("--message-delay", args.message_delay, seconds=True)
+    if args.message_slowdown:
+        slowdown = _distribution("--message-slowdown", args.message_slowdown, seconds=False)
+    if compute is None and delay is None and slowdown is None:
         if args.samples is not None:
-            raise ValueError("--samples draws from --compute-noise or --message-delay: give "
-                             "one of them")
+            given = "--compute-noise, " if hasattr(args, "compute_noise") else ""
+            raise ValueError(f"--samples draws from {given}--message-delay or "
+                             "--message-slowdown: give one of them")
         return None
-    return Variation(args.seed, message, compute)
+    return Variation(args.seed, delay, compute, slowdown)
+
+
+def run_samples(args: argparse.Namespace, run: Callable[[int], float]) -> Samples:
+    """``args.samples`` seeded runs of ``run(seed)`` from ``args.seed``, where ``--scheduler``
+    says, with a progress bar on a terminal."""
+    with tqdm(total=args.samples, desc="samples", unit="run", file=sys.stderr,
+              disable=not sys.stderr.isatty()) as bar:
+        return sample_times(run, args.samples, args.seed, default_jobs(),
+                            lambda: bar.update(1), args.scheduler)
+
+
+def save_histogram(args: argparse.Namespace, samples: dict[str, Samples], title: str) -> None:
+    """``--histogram``'s PNG of ``samples`` (one panel each), if asked for."""
+    if args.histogram is None:
+        return
+    from simcomm.plots import samples_figure, save_png  # needs matplotlib
+
+    save_png(samples_figure({label: s.times for label, s in samples.items()}, title),
+             args.histogram)
+    print(f"# wrote {args.histogram}", file=sys.stderr)
 
 
 def _times(messages: int | None, calls: int) -> int | None:
@@ -132,6 +173,13 @@ def _ddp_step_time(seed: int, model: Model, topology: Topology, bucket_cap: int,
     from ``seed`` (module level, so that worker processes can run it)."""
     return simulate_ddp(model, topology, bucket_cap=bucket_cap, overlap=overlap,
                         variation=replace(variation, seed=seed), **options).step
+
+
+def _fsdp_step_time(seed: int, model: Model, topology: Topology, variation: Variation,
+                    options: dict[str, Any]) -> float:
+    """One sample of ``simcomm fsdp --samples`` (see ``_ddp_step_time``)."""
+    return simulate_fsdp(model, topology, variation=replace(variation, seed=seed),
+                         **options).step
 
 
 def _add_kineto_argument(parser: argparse.ArgumentParser) -> None:
@@ -180,7 +228,7 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
                **params_from_items(collective, args.param)}
     if args.plot and not args.sweep_buckets:
         raise ValueError("--plot draws the bucket sweep: give --sweep-buckets too")
-    variation = _variation_from_args(args)
+    variation = variation_from_args(args)
     model = _model_from_args(args)
     cap = parse_bytes(args.bucket_cap)
     calls = len(model_buckets(model, cap, options["first_bucket_cap"]))
@@ -196,11 +244,10 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
         run = partial(_ddp_step_time, model=model, topology=topology,
                       bucket_cap=parse_bytes(args.bucket_cap), overlap=not args.no_overlap,
                       variation=variation or Variation(0), options=options)
-        with tqdm(total=args.samples, desc="samples", unit="step", file=sys.stderr,
-                  disable=not sys.stderr.isatty()) as bar:
-            samples = sample_times(run, args.samples, args.seed, default_jobs(),
-                                   lambda: bar.update(1))
+        samples = run_samples(args, run)
         print(f"# {samples.format()}, seeds {args.seed} to {args.seed + args.samples - 1}")
+        save_histogram(args, {f"{model.name}, DDP step": samples},
+                       f"{args.samples} seeded DDP steps, {model.name} on {topology.name}")
     if args.compare:
         others = [simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
                                overlap=args.no_overlap, **options),
@@ -271,6 +318,7 @@ def add_fsdp_parser(commands: argparse._SubParsersAction,
     parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the step as a Chrome trace-event file (Perfetto)")
     _add_kineto_argument(parser)
+    add_variation_arguments(parser, training=True)
     add_topology_arguments(parser)
 
 
@@ -283,14 +331,22 @@ def run_fsdp(args: argparse.Namespace, topology: Topology) -> int:
                "limit_all_gathers": args.limit_all_gathers,
                "reshard_after_forward": not args.no_reshard_after_forward,
                "level": args.level}
+    variation = variation_from_args(args)
     calls = 3 * len(model.layers)  # an all-gather for forward and backward, a reduce-scatter
     with message_progress(_times(expected_messages(all_gather, topology.size), calls)) as bar:
         report = simulate_fsdp(model, topology, trace=args.trace, progress=bar.update,
-                               **options)
+                               variation=variation, **options)
     print(f"# {describe_level(args.level, report.result.level)}")
     print(report.format())
     _write_kineto(args.kineto, report.result)
     print(f"  (without sharding: {no_sharding_memory(model) / 2**20:.1f} MiB)")
+    if args.samples is not None:
+        run = partial(_fsdp_step_time, model=model, topology=topology,
+                      variation=variation or Variation(0), options=options)
+        samples = run_samples(args, run)
+        print(f"# {samples.format()}, seeds {args.seed} to {args.seed + args.samples - 1}")
+        save_histogram(args, {f"{model.name}, FSDP step": samples},
+                       f"{args.samples} seeded FSDP steps, {model.name} on {topology.name}")
     if args.compare:
         variants = {
             "fsdp": {},

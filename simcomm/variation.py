@@ -5,23 +5,27 @@ longer or shorter each computation takes, drawn from named distributions.
   ``lognormal`` (median, sigma of the log), ``uniform`` (low, high) or ``empirical`` (draws
   from measured samples, with replacement). ``Distribution.parse("lognormal:1,0.05")`` reads
   the command line's form; delays take units (``normal:2us,0.5us``).
-* ``Variation(seed, message_delay, compute_factor)``: every message leaves a draw of
-  ``message_delay`` seconds late; every ``Compute`` takes a draw of ``compute_factor`` times
-  its seconds. The same seed gives the same run.
-* ``sample_times(run, samples, seed, jobs)`` runs ``run(seed)`` for ``samples`` seeds, in
-  local processes, and ``Samples`` gives the median, the 90th and 99th percentiles.
+* ``Variation(seed, message_delay, compute_factor, message_slowdown)``: every message leaves
+  a draw of ``message_delay`` seconds late and holds each link of its route a draw of
+  ``message_slowdown`` times as long for its bytes (as if it crossed at that fraction of the
+  bandwidth: noise in throughput, which grows with the size of a message, where a delay
+  does not); every ``Compute`` takes a draw of ``compute_factor`` times its seconds. The
+  same seed gives the same run.
+* ``sample_times(run, samples, seed, jobs, scheduler=...)`` runs ``run(seed)`` for
+  ``samples`` seeds, in local processes or on a dask.distributed cluster, and ``Samples``
+  gives the median, the 90th and 99th percentiles.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from simcomm.executors import executor
 from simcomm.units import parse_seconds
 
 KINDS = ("normal", "lognormal", "uniform", "empirical")
@@ -93,6 +97,7 @@ class Variation:
     seed: int
     message_delay: Distribution | None = None  # seconds
     compute_factor: Distribution | None = None  # times each Compute's seconds
+    message_slowdown: Distribution | None = None  # times each message's bytes on a link
 
     def __post_init__(self) -> None:
         if type(self.seed) is not int:
@@ -118,22 +123,19 @@ class Samples:
 
 
 def sample_times(run: Callable[[int], float], samples: int, seed: int = 0, jobs: int = 1,
-                 on_done: Callable[[], None] | None = None) -> Samples:
-    """``run(seed)`` for seeds ``seed``, ``seed + 1``, ... (``samples`` of them), in ``jobs``
-    local processes (``run`` must pickle: a module-level function or a partial of one);
-    ``on_done()`` after each."""
+                 on_done: Callable[[], None] | None = None, scheduler: str | None = None
+                 ) -> Samples:
+    """``run(seed)`` for seeds ``seed``, ``seed + 1``, ... (``samples`` of them): here, in
+    ``jobs`` local processes, or on the dask.distributed cluster at ``scheduler``
+    (``simcomm.executors``; ``run`` must then pickle: a module-level function or a partial
+    of one); ``on_done()`` after each. The times are in the order of the seeds, wherever
+    they ran."""
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an int >= 1, got {samples!r}")
     seeds: Sequence[int] = range(seed, seed + samples)
     times = []
-    if jobs <= 1 or samples == 1:
-        for s in seeds:
-            times.append(run(s))
-            if on_done:
-                on_done()
-        return Samples(tuple(times))
-    with ProcessPoolExecutor(max_workers=min(jobs, samples)) as pool:
-        for time in pool.map(run, seeds):
+    with executor(jobs, scheduler, samples) as pool:
+        for time in (map if pool is None else pool.map)(run, seeds):
             times.append(time)
             if on_done:
                 on_done()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from algorithms import ReduceOp
 from algorithms.harness.bench import (
-    CSV_HEADER, DTYPES, BenchRow, RowWriter, bench_config, bench_row, buffer_count,
+    CSV_HEADER, DTYPES, BenchRow, RowWriter, RunSpread, bench_config, bench_row, buffer_count,
     check_inputs, count_wrong, format_csv, format_json, format_table, parse_size, parse_sizes,
     rank_time, size_range, size_steps,
 )
@@ -586,3 +586,23 @@ def test_a_message_level_run_tells_its_progress() -> None:
                       record=False, progress=told.append)
     assert result.messages == expected_messages(ring_allreduce, 100) == 19800
     assert told == [PROGRESS_EVERY] * (19800 // PROGRESS_EVERY)
+
+
+def test_a_rows_spread_gets_six_more_columns_in_every_format() -> None:
+    spread = RunSpread.of([3e-6, 1e-6, 2e-6, 10e-6])
+    assert spread.columns()[0] == pytest.approx(1.0) and spread.columns()[4] == pytest.approx(10.0)
+    assert spread.percentile(50) == pytest.approx(2.5)
+    assert spread.cv == pytest.approx(np.std([3, 1, 2, 10]) / 4)
+    row = BenchRow(8, 2, "float", "sum", -1, 4.0, 0.0, 0.0, None, spread=spread)
+    plain = BenchRow(16, 4, "float", "sum", -1, 5.0, 0.0, 0.0, None)
+    lines = format_csv([row, plain]).splitlines()
+    assert lines[0] == CSV_HEADER + ",min_us,p50_us,p90_us,p99_us,max_us,cv"
+    assert len(lines[1].split(",")) == len(lines[0].split(",")) == len(lines[2].split(","))
+    table = format_table([row]).splitlines()
+    assert table[-5].split()[-6:] == ["(us)"] * 5 + ["(%)"]
+    assert table[-4].split()[-6:] == ["1.00", "2.50", "7.90", "9.79", "10.00", "88.39"]
+    assert json.loads(format_json([row]))[0]["spread"]["runs_us"] == pytest.approx(
+        [3.0, 1.0, 2.0, 10.0])
+    for bad in ([], [1.0, float("nan")], [-1.0]):
+        with pytest.raises(ValueError, match="one or more run times"):
+            RunSpread.of(bad)

@@ -208,3 +208,28 @@ def test_a_users_algorithm_runs_and_rows_come_as_they_are_done(user_algorithms: 
     assert failed.stderr.splitlines()[-1] == (
         "realcomm: error: ranks 0, 1: ValueError: small_only takes at most 256 elements, "
         "got 512")
+
+
+def test_per_iteration_statistics_come_from_every_timed_run(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    done = _run(sys.executable, "-m", "realcomm", "bench", "--nprocs", "2", "--algorithm",
+                "ring_allreduce", "--sizes", "64KiB,1MiB", "-n", "7", "-I", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    for row in json.loads(done.stdout):
+        spread = row["spread"]
+        runs = spread["runs_us"]
+        assert len(runs) == 7 and all(t > 0 for t in runs)
+        assert spread["min_us"] == min(runs) and spread["max_us"] == max(runs)
+        assert min(runs) <= spread["p50_us"] <= spread["p90_us"] <= spread["p99_us"] <= max(runs)
+        # The row's time is the elapsed time over the runs: their mean, to the timer.
+        assert row["time_us"] == pytest.approx(sum(runs) / 7, rel=0.02)
+    # The same columns from simcomm's seeded samples, so the two compare line by line.
+    table = _run(sys.executable, "-m", "realcomm", "bench", "--nprocs", "2", "--algorithm",
+                 "ring_allreduce", "--sizes", "64KiB", "-n", "3", "-I")
+    assert table.returncode == 0, table.stderr
+    assert simcomm_main(["bench", "--algorithm", "ring_allreduce", "--ranks", "2",
+                         "--topology", "ring", "--bandwidth", "1GB/s", "--latency", "1us",
+                         "--sizes", "64KiB", "--samples", "3", "--message-delay",
+                         "lognormal:5us,1"]) == 0
+    heading = [line for line in table.stdout.splitlines() if "p99" in line]
+    assert heading and heading[0] in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 
@@ -40,6 +41,23 @@ def test_message_delays_reach_a_collective() -> None:
     late = simulate(ring_allreduce, inputs, topology,
                     variation=Variation(0, Distribution("uniform", (2e-6, 2e-6)))).time
     assert late == pytest.approx(nominal + 6 * 2e-6, rel=1e-12)
+
+
+def test_a_message_slowdown_stretches_its_bytes_on_every_link() -> None:
+    # Every message of a contention-free ring at half the bandwidth: each of the 6 steps
+    # takes its chunk's time (4000 float32 / 4 ranks: 4000 bytes) once more; latencies stay.
+    # A factor of 1 changes nothing.
+    topology = switch(4, 1e9, 1e-6)
+    inputs = [SizeOnly(4000)] * 4
+    nominal = simulate(ring_allreduce, inputs, topology).time
+
+    def slowed(factor: float) -> float:
+        variation = Variation(0, message_slowdown=Distribution("uniform", (factor, factor)))
+        return simulate(ring_allreduce, inputs, topology, variation=variation).time
+    assert slowed(1.0) == nominal
+    # Cut through 2 links (up to the switch, then down), the tail comes one byte-time later.
+    assert slowed(2.0) == pytest.approx(nominal + 6 * 4000 / 1e9, rel=1e-9)
+    assert slowed(3.0) == pytest.approx(nominal + 6 * 8000 / 1e9, rel=1e-9)
 
 
 def test_samples_give_percentiles_and_do_not_depend_on_the_processes() -> None:
@@ -94,3 +112,40 @@ def test_simcomm_ddp_prints_the_spread_of_its_samples(capsys) -> None:
     assert main(["ddp", "--model", "resnet50", "--topology", "dgx-h100", "--samples", "0",
                  "--compute-noise", "normal:1,0.1"]) == 2
     assert "--samples must be >= 1" in capsys.readouterr().err
+
+
+def test_simcomm_bench_samples_give_each_size_its_spread(tmp_path: Path, capsys) -> None:
+    from simcomm.cli import main
+    command = ["bench", "--algorithm", "ring_allreduce", "--topology", "switch", "--ranks", "4",
+               "--bandwidth", "10GB/s", "--latency", "2us", "--sizes", "64KiB,4MiB",
+               "--format", "json", "--message-delay", "lognormal:3us,1", "--message-slowdown",
+               "lognormal:1,0.2"]
+    assert main(command + ["--samples", "6", "--seed", "3"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    for row in rows:
+        runs = row["spread"]["runs_us"]
+        assert len(runs) == 6 and len(set(runs)) == 6
+        assert row["time_us"] == pytest.approx(float(np.mean(runs)), rel=1e-12)
+    # Sample k is the single run with seed 3 + k.
+    assert main(command + ["--seed", "5"]) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert [row["time_us"] for row in single] == pytest.approx(
+        [row["spread"]["runs_us"][2] for row in rows], rel=1e-12)
+    assert "spread" not in single[0]
+    for flags, message in ((["--samples", "3"], "--samples draws from --message-delay or "
+                                                "--message-slowdown"),
+                           (["--histogram", str(tmp_path / "h.png")], "goes with --samples"),
+                           (["--samples", "2", "--message-slowdown", "lognormal:0,1"],
+                            "the median must be > 0")):
+        assert main(command[:-4] + flags) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_fsdp_samples_and_their_histogram(tmp_path: Path, capsys) -> None:
+    from simcomm.cli import main
+    png = tmp_path / "steps.png"
+    assert main(["fsdp", "--model", "gpt2-small", "--topology", "dgx-h100", "--message-delay",
+                 "lognormal:20us,1", "--samples", "3", "--histogram", str(png)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("# 3 samples: step median ") and out[-1].endswith("seeds 0 to 2")
+    assert png.read_bytes().startswith(b"\x89PNG")

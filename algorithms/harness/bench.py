@@ -18,6 +18,11 @@ Public API:
 * ``check_inputs(world_size, count, dtype, op)`` and
   ``count_wrong(collective, inputs, results, op, root, params)``: the data check.
 * ``rank_time(seconds, average)``: one time from every rank's, as nccl-tests' ``-a``.
+* ``RunSpread.of(seconds)``: the spread of a size's runs (least, median, 90th and 99th
+  percentiles, most, coefficient of variation), which a row carries when its transport
+  timed every run (``realcomm bench -I``) or ran seeded samples (``simcomm bench
+  --samples``); a table then prints it in six more columns, CSV in six more fields and JSON
+  as ``spread`` with every run's time.
 * ``RowWriter(stream, fmt, header_lines)``: rows printed as they come (``start``, ``write``
   each row, ``finish``), as nccl-tests prints them.
 * ``format_table(rows, header_lines)``, ``format_csv(rows)``, ``format_json(rows)`` and
@@ -314,6 +319,41 @@ def _same_kind(value: Any, default: Any) -> bool:
 
 # -- rows -------------------------------------------------------------------------------
 
+# The spread columns, after nccl-tests' own: microseconds, and the coefficient of variation.
+SPREAD_COLUMNS = ("min_us", "p50_us", "p90_us", "p99_us", "max_us", "cv")
+
+
+@dataclass(frozen=True)
+class RunSpread:
+    """How the runs of one size spread: every run's time and statistics of them."""
+
+    runs_us: tuple[float, ...]  # every timed run (or sample), in order
+
+    def __post_init__(self) -> None:
+        if not self.runs_us or any(not (math.isfinite(t) and t >= 0) for t in self.runs_us):
+            raise ValueError("a spread needs one or more run times, finite and >= 0")
+
+    @classmethod
+    def of(cls, seconds: Iterable[float]) -> RunSpread:
+        """The spread of runs that took ``seconds`` each."""
+        return cls(tuple(float(t) * 1e6 for t in seconds))
+
+    def percentile(self, q: float) -> float:
+        """The ``q``-th percentile (0 to 100) in microseconds, interpolated as numpy does."""
+        return float(np.percentile(self.runs_us, q))
+
+    @property
+    def cv(self) -> float:
+        """Standard deviation over mean (population); 0 for runs that took no time."""
+        mean = float(np.mean(self.runs_us))
+        return float(np.std(self.runs_us)) / mean if mean > 0 else 0.0
+
+    def columns(self) -> tuple[float, ...]:
+        """The values of ``SPREAD_COLUMNS``."""
+        return (min(self.runs_us), self.percentile(50), self.percentile(90),
+                self.percentile(99), max(self.runs_us), self.cv)
+
+
 @dataclass(frozen=True)
 class BenchRow:
     """One line of results, in nccl-tests' columns. ``wrong`` is None when not checked."""
@@ -329,6 +369,7 @@ class BenchRow:
     wrong: int | None
     # What ran, where the transport says (``Launch.describe``: ``ring/LL/8``); "" if not.
     algo: str = ""
+    spread: RunSpread | None = None  # every run's time, where the transport kept them
 
 
 def type_name(dtype: Any) -> str:
@@ -342,9 +383,9 @@ def type_name(dtype: Any) -> str:
 
 def bench_row(collective: Collective, world_size: int, size: int, dtype: Any,
               op: ReduceOp | None, root: int | None, seconds: float, wrong: int | None,
-              algo: str = "") -> BenchRow:
+              algo: str = "", spread: RunSpread | None = None) -> BenchRow:
     """The row for a run of ``size`` requested bytes that took ``seconds`` (running
-    ``algo``, if the transport says)."""
+    ``algo``, if the transport says; ``spread``, the times of its runs, if it kept them)."""
     if not (math.isfinite(seconds) and seconds >= 0):
         raise ValueError(f"time must be finite and >= 0 seconds, got {seconds!r}")
     itemsize = np.dtype(dtype).itemsize
@@ -354,7 +395,7 @@ def bench_row(collective: Collective, world_size: int, size: int, dtype: Any,
     algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
     return BenchRow(nbytes, count, type_name(dtype), "none" if op is None else op.value,
                     -1 if root is None else root, seconds * 1e6, algbw,
-                    algbw * collective.bus_factor(world_size), wrong, algo)
+                    algbw * collective.bus_factor(world_size), wrong, algo, spread)
 
 
 def rank_time(seconds: Sequence[float], average: int) -> float:
@@ -442,19 +483,28 @@ def _time_text(time_us: float) -> str:
     return f"{time_us:7.2f}"
 
 
-def _table_heading(algo: bool) -> list[str]:
+def _table_heading(algo: bool, spread: bool = False) -> list[str]:
+    names = ["min", "p50", "p90", "p99", "max"]
     return [f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
             f"{'time':>7}  {'algbw':>6}  {'busbw':>6} {'#wrong':>6}"
+            + ("".join(f"  {name:>7}" for name in names) + f"  {'cv':>6}" if spread else "")
             + ("  algo/proto/channels" if algo else ""),
-            f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  "
-            f"{'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}".rstrip()]
+            (f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  "
+             f"{'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6} {'':>6}"
+             + ("".join(f"  {'(us)':>7}" for _ in names) + f"  {'(%)':>6}" if spread
+                else "")).rstrip()]
 
 
 def _table_line(row: BenchRow) -> str:
     wrong = "N/A" if row.wrong is None else f"{row.wrong:5g}"
+    spread = ""
+    if row.spread is not None:
+        *times, cv = row.spread.columns()
+        spread = "".join(f"  {_time_text(t)}" for t in times) + f"  {cv * 100:6.2f}"
     return (f"{row.size:12d}  {row.count:12d}  {row.type:>8}  {row.redop:>6}  "
             f"{row.root:6d}  {_time_text(row.time_us)}  {row.algbw_GBps:6.2f}  "
-            f"{row.busbw_GBps:6.2f}  {wrong:>5}" + (f"  {row.algo}" if row.algo else ""))
+            f"{row.busbw_GBps:6.2f}  {wrong:>5}" + spread
+            + (f"  {row.algo}" if row.algo else ""))
 
 
 def _table_footer(rows: Sequence[BenchRow]) -> list[str]:
@@ -464,11 +514,14 @@ def _table_footer(rows: Sequence[BenchRow]) -> list[str]:
             f"# Avg bus bandwidth    : {average:g}", "#"]
 
 
-def _csv_line(row: BenchRow) -> str:
-    return ",".join([
-        str(row.size), str(row.count), row.type, row.redop, str(row.root),
-        repr(row.time_us), repr(row.algbw_GBps), repr(row.busbw_GBps),
-        "N/A" if row.wrong is None else str(row.wrong)])
+def _csv_line(row: BenchRow, spread: bool) -> str:
+    fields = [str(row.size), str(row.count), row.type, row.redop, str(row.root),
+              repr(row.time_us), repr(row.algbw_GBps), repr(row.busbw_GBps),
+              "N/A" if row.wrong is None else str(row.wrong)]
+    if spread:
+        fields += ([repr(value) for value in row.spread.columns()] if row.spread is not None
+                   else [""] * len(SPREAD_COLUMNS))
+    return ",".join(fields)
 
 
 class RowWriter:
@@ -480,26 +533,29 @@ class RowWriter:
     first row, which tells. ``write`` prints each row at once and ``finish`` the summary
     (``# Out of bounds values``, ``# Avg bus bandwidth``). CSV streams the same way under
     ``CSV_HEADER``. JSON is one list, so ``finish`` writes it whole. Every write is flushed,
-    so a reader sees each row when it is done.
+    so a reader sees each row when it is done. With ``spread``, rows carry the spread of
+    their runs (``RunSpread``) and the table and CSV have its columns.
     """
 
     def __init__(self, stream: TextIO, fmt: str, header_lines: Sequence[str] = (),
-                 algo_column: bool | None = None) -> None:
+                 algo_column: bool | None = None, spread: bool = False) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
         self._stream = stream
         self._fmt = fmt
         self._header_lines = tuple(header_lines)
         self._algo = algo_column
+        self._spread = spread
         self.rows: list[BenchRow] = []  # those written so far
 
     def start(self) -> None:
         """The header: the table's comments (and heading, if known), or the CSV header."""
         if self._fmt == "table":
             lines = [f"# {line}" for line in self._header_lines] + ["#"]
-            self._emit(lines + (_table_heading(self._algo) if self._algo is not None else []))
+            self._emit(lines + (self._heading() if self._algo is not None else []))
         elif self._fmt == "csv":
-            self._emit([CSV_HEADER])
+            self._emit([CSV_HEADER + "".join(f",{name}" for name in SPREAD_COLUMNS)
+                        if self._spread else CSV_HEADER])
 
     def write(self, row: BenchRow) -> None:
         """One row, printed now (JSON: kept for ``finish``)."""
@@ -508,19 +564,24 @@ class RowWriter:
             heading = []
             if self._algo is None:
                 self._algo = bool(row.algo)
-                heading = _table_heading(self._algo)
+                heading = self._heading()
             self._emit(heading + [_table_line(row)])
         elif self._fmt == "csv":
-            self._emit([_csv_line(row)])
+            self._emit([_csv_line(row, self._spread)])
 
     def finish(self) -> None:
         """The table's summary lines, or the JSON list of every row."""
         if self._fmt == "table":
-            self._emit((_table_heading(False) if self._algo is None else [])
-                       + _table_footer(self.rows))
+            if self._algo is None:
+                self._algo = False
+                self._emit(self._heading())
+            self._emit(_table_footer(self.rows))
         elif self._fmt == "json":
             self._stream.write(format_json(self.rows))
             self._stream.flush()
+
+    def _heading(self) -> list[str]:
+        return _table_heading(bool(self._algo), self._spread)
 
     def _emit(self, lines: Sequence[str]) -> None:
         self._stream.write("".join(line + "\n" for line in lines))
@@ -529,20 +590,32 @@ class RowWriter:
 
 def format_table(rows: Sequence[BenchRow], header_lines: Sequence[str] = ()) -> str:
     """Rows as nccl-tests prints them, ``header_lines`` first as ``#`` comments; rows that
-    say what ran get it in a last column (algorithm/protocol/channels)."""
+    say what ran get it in a last column (algorithm/protocol/channels), rows with the spread
+    of their runs its columns."""
     return _written(rows, "table", header_lines, any(row.algo for row in rows))
 
 
 def format_csv(rows: Sequence[BenchRow]) -> str:
-    """Rows as CSV under ``CSV_HEADER``; floats in full precision, unchecked wrong as N/A."""
+    """Rows as CSV under ``CSV_HEADER`` (and ``SPREAD_COLUMNS`` if rows carry spreads);
+    floats in full precision, unchecked wrong as N/A."""
     return _written(rows, "csv")
 
 
 def format_json(rows: Sequence[BenchRow]) -> str:
-    """Rows as a JSON list of objects keyed by the CSV columns, and ``algo`` where the
-    transport says what ran; unchecked wrong is null."""
-    return json.dumps([{k: v for k, v in asdict(row).items() if k != "algo" or v}
-                       for row in rows], indent=2) + "\n"
+    """Rows as a JSON list of objects keyed by the CSV columns, ``algo`` where the
+    transport says what ran, and ``spread`` (``SPREAD_COLUMNS`` and ``runs_us``, every
+    run's time) where rows carry one; unchecked wrong is null."""
+    return json.dumps([_json_object(row) for row in rows], indent=2) + "\n"
+
+
+def _json_object(row: BenchRow) -> dict[str, Any]:
+    fields = {k: v for k, v in asdict(row).items() if k not in ("algo", "spread")}
+    if row.algo:
+        fields["algo"] = row.algo
+    if row.spread is not None:
+        fields["spread"] = dict(zip(SPREAD_COLUMNS, row.spread.columns()),
+                                runs_us=list(row.spread.runs_us))
+    return fields
 
 
 def format_rows(rows: Sequence[BenchRow], fmt: str, header_lines: Sequence[str] = ()) -> str:
@@ -560,7 +633,8 @@ def _written(rows: Sequence[BenchRow], fmt: str, header_lines: Sequence[str] = (
              algo_column: bool | None = None) -> str:
     """What a ``RowWriter`` prints for ``rows``."""
     stream = io.StringIO()
-    writer = RowWriter(stream, fmt, header_lines, algo_column)
+    writer = RowWriter(stream, fmt, header_lines, algo_column,
+                       spread=any(row.spread is not None for row in rows))
     writer.start()
     for row in rows:
         writer.write(row)
