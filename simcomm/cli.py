@@ -16,7 +16,8 @@
   results (``realcomm bench --format csv``) beside the simulated ones.
 * ``simcomm validate`` puts simulated and measured times side by side (``simcomm.validate``).
 * ``simcomm fit`` fits the cost model to the measurements that ``realcomm calibrate`` wrote
-  and writes a topology file (``simcomm.calibration``).
+  and writes a topology file (``simcomm.calibration``); ``simcomm fit-spread`` fits the
+  random variation of messages to the spread of measured runs (``simcomm.spread_fit``).
 * ``simcomm tune`` writes the simulator's choice of algorithm, protocol and channels per
   size range as a tuner file for NCCL's example tuner plugin
   (``algorithms.harness.tuner_file``, ``simcomm.tuning``).
@@ -50,8 +51,8 @@ from algorithms.harness.catalog import KINDS
 from algorithms.harness.tuner_file import format_tuner_file, rows_for
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
-    SLOWEST_RANK, algorithm_config, bench_level, bench_rows, is_builder, load_named_topology,
-    message_progress, sample_seconds, sampled_row, traced_run,
+    SLOWEST_RANK, algorithm_config, bench_level, bench_rows, bench_size, is_builder,
+    load_named_topology, message_progress, sample_seconds, sampled_row, traced_run,
 )
 from simcomm.collective_level import (
     AUTO_MESSAGE_LIMIT, LEVELS, describe_level, expected_messages,
@@ -61,6 +62,8 @@ from simcomm.crossover import crossovers, format_crossovers
 from simcomm.executors import default_jobs
 from simcomm.presets import describe, list_presets
 from simcomm.results import SimResult
+from simcomm.spread_fit import SAMPLES as SPREAD_SAMPLES
+from simcomm.spread_fit import fit_spread, read_runs
 from simcomm.summary import format_summary
 from simcomm.sweep import (
     DEFAULT_ALGORITHMS, DEFAULT_BANDWIDTHS, DEFAULT_LATENCIES, DEFAULT_RANKS, DEFAULT_SIZES,
@@ -104,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_level_argument(commands.choices[name])
     _add_validate_parser(commands)
     _add_fit_parser(commands)
+    _add_fit_spread_parser(commands)
     _add_tune_parser(commands)
     return parser
 
@@ -463,6 +467,39 @@ def fit(args: argparse.Namespace) -> int:
     print(calibration.format())
     Path(args.out).write_text(calibration.topology_toml(args.name), encoding="utf-8")
     print(f"wrote {args.out} (simcomm topo show {args.out})")
+    return 0
+
+
+def _add_fit_spread_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "fit-spread", help="fit message delay and slowdown to measured runs' spread",
+        description="Fit the random variation (a lognormal delay and a lognormal slowdown "
+                    "of every message) under which the simulated runs of a collective "
+                    "spread as measured ones do: each size's median and 90th percentile. "
+                    "Measure with realcomm bench -I -a 3 --format json.")
+    parser.add_argument("runs", metavar="RUNS.json",
+                        help="realcomm bench -I --format json's output: every run of each "
+                             "size")
+    parser.add_argument("--algorithm", required=True, metavar="NAME",
+                        help="the collective measured, e.g. ring_allreduce")
+    parser.add_argument("--samples", type=int, default=SPREAD_SAMPLES, metavar="N",
+                        help=f"seeded runs a size at every trial (default {SPREAD_SAMPLES})")
+    _add_topology_arguments(parser)
+    parser.set_defaults(run=fit_spread_command)
+
+
+def fit_spread_command(args: argparse.Namespace) -> int:
+    """``simcomm fit-spread``: fit, print the comparison and the flags."""
+    if args.samples < 5:
+        raise ValueError(f"--samples must be >= 5, got {args.samples}")
+    measured = read_runs(args.runs)
+    topology = _topology_from_args(args)
+    config = algorithm_config(args.algorithm, sorted(measured))
+    config.check_world(topology.size)
+
+    def run(size: int, variation: Variation) -> float:
+        return bench_size(config, topology, size, variation=variation).time_us / 1e6
+    print(fit_spread(run, measured, args.samples).format())
     return 0
 
 
