@@ -36,6 +36,7 @@ import numpy as np
 
 from algorithms.harness.bench import BenchRow
 from simcomm.buffers import SizeOnly
+from simcomm.critical_path import critical_path
 from simcomm.results import SimResult, TraceEvent
 from simcomm.units import format_bytes
 
@@ -210,7 +211,8 @@ def _us(seconds: float) -> str:
 
 
 def format_summary(result: SimResult, top: int = 5, max_ranks: int = 16) -> str:
-    """The busiest links and each rank's activity as text (times in microseconds).
+    """The busiest links, each rank's activity (times in microseconds) and the critical
+    path (``simcomm.critical_path``) as text.
 
     Runs with more than ``max_ranks`` ranks show the minimum, mean and maximum over ranks
     instead of one line per rank.
@@ -237,4 +239,6 @@ def format_summary(result: SimResult, top: int = 5, max_ranks: int = 16) -> str:
         for label, pick in (("min", min), ("mean", lambda v: sum(v) / len(v)), ("max", max)):
             lines.append(f"  {label:>6}" + "".join(
                 f"  {_us(pick([getattr(a, c) for a in activity])):>10}" for c in columns))
+    if result.level == "message" and result.trace:
+        lines.append(critical_path(result).format())
     return "\n".join(lines)

@@ -34,6 +34,7 @@ from algorithms.harness.model_presets import DEFAULT_THROUGHPUT, PRESET_MODELS, 
 from algorithms.models import Model
 from simcomm.bench import message_progress
 from simcomm.collective_level import describe_level, expected_messages
+from simcomm.critical_path import critical_path
 from simcomm.executors import default_jobs
 from simcomm.kineto_trace import write_kineto_traces
 from simcomm.results import SimResult
@@ -79,6 +80,7 @@ def add_ddp_parser(commands: argparse._SubParsersAction,
     parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the DDP step as a Chrome trace-event file (Perfetto)")
     _add_kineto_argument(parser)
+    _add_critical_path_argument(parser)
     add_variation_arguments(parser, training=True)
     add_topology_arguments(parser)
 
@@ -182,6 +184,33 @@ def _fsdp_step_time(seed: int, model: Model, topology: Topology, variation: Vari
                          **options).step
 
 
+def _add_critical_path_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--critical-path", action="store_true",
+                        help="after the report, the step's critical path: its compute by "
+                             "rank and its messages by link (message level), and, where "
+                             "ranks compute at different speeds, what that costs the step")
+
+
+def _print_critical_path(result: SimResult, topology: Topology,
+                         step_on: Callable[[Topology], float]) -> None:
+    """``--critical-path``: the path of ``result``; where speeds differ, the step again
+    (``step_on``) with every rank at the fastest one's speed, and the difference."""
+    if result.level != "message":
+        print("critical path: not at the collective level, which has no messages to "
+              "follow (--level message)")
+    else:
+        print(critical_path(result).format())
+    speeds = [topology.speed_of(r) for r in range(topology.size)]
+    if len(set(speeds)) > 1:
+        fastest = max(speeds)
+        even = step_on(replace(topology, compute_speed=(fastest,) * topology.size))
+        slow = [r for r, speed in enumerate(speeds) if speed < fastest]
+        named = ", ".join(map(str, slow[:8])) + (f" and {len(slow) - 8} more"
+                                                  if len(slow) > 8 else "")
+        print(f"  slower ranks ({named}) delay the step by {(result.time - even) * 1e3:.3f} ms: "
+              f"{even * 1e3:.3f} ms with every rank at speed {fastest:g}")
+
+
 def _add_kineto_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kineto", metavar="DIR",
                         help="write the step as one torch-profiler-shaped trace per rank "
@@ -240,6 +269,10 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
     print(f"# {describe_level(args.level, report.result.level)}")
     print(report.format())
     _write_kineto(args.kineto, report.result)
+    if args.critical_path:
+        _print_critical_path(report.result, topology, lambda even: simulate_ddp(
+            model, even, bucket_cap=cap, overlap=not args.no_overlap, variation=variation,
+            **options).step)
     if args.samples is not None:
         run = partial(_ddp_step_time, model=model, topology=topology,
                       bucket_cap=parse_bytes(args.bucket_cap), overlap=not args.no_overlap,
@@ -318,6 +351,7 @@ def add_fsdp_parser(commands: argparse._SubParsersAction,
     parser.add_argument("--trace", metavar="FILE.json", type=output_file,
                         help="write the step as a Chrome trace-event file (Perfetto)")
     _add_kineto_argument(parser)
+    _add_critical_path_argument(parser)
     add_variation_arguments(parser, training=True)
     add_topology_arguments(parser)
 
@@ -340,6 +374,9 @@ def run_fsdp(args: argparse.Namespace, topology: Topology) -> int:
     print(report.format())
     _write_kineto(args.kineto, report.result)
     print(f"  (without sharding: {no_sharding_memory(model) / 2**20:.1f} MiB)")
+    if args.critical_path:
+        _print_critical_path(report.result, topology, lambda even: simulate_fsdp(
+            model, even, variation=variation, **options).step)
     if args.samples is not None:
         run = partial(_fsdp_step_time, model=model, topology=topology,
                       variation=variation or Variation(0), options=options)
