@@ -3,9 +3,9 @@ one before, that ends when the run ends. Shorten anything off it and the run end
 sooner; lengthen anything on it and the run ends later by as much.
 
 ``critical_path(result).format()`` is the short report that ``simcomm bench --summary`` and
-``simcomm ddp|fsdp --critical-path`` print. ``critical_path(result)`` walks the op trace back from the rank that finished last. At each
-point it takes the span of that rank that ended there: local work (compute, reduction,
-copy, sleep) goes on the path and the walk goes on from its start on the same rank; a
+``simcomm ddp|fsdp --critical-path`` print. ``critical_path(result)`` walks the op trace
+back from the rank that finished last. At each point it takes the span of that rank that
+ended there: local work (compute, reduction, copy, sleep) goes on the path and the walk goes on from its start on the same rank; a
 receive whose message arrived after it was posted puts the message on the path (from its
 send to its arrival, charged to the link of its route where it spent longest, waiting or
 crossing) and the walk goes on at the sender, from when it sent; a receive posted after
@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from simcomm.results import Hop, SimResult, TraceEvent
+from simcomm.topology import Link
 
 LOCAL_KINDS = ("compute", "reduce", "copy", "divide", "sleep")
 # Spans that end at one moment are followed in this order: a receive leads to its sender.
