@@ -5,14 +5,14 @@ sooner; lengthen anything on it and the run ends later by as much.
 ``critical_path(result).format()`` is the short report that ``simcomm bench --summary`` and
 ``simcomm ddp|fsdp --critical-path`` print. ``critical_path(result)`` walks the op trace
 back from the rank that finished last. At each point it takes the span of that rank that
-ended there: local work (compute, reduction, copy, sleep) goes on the path and the walk goes on from its start on the same rank; a
-receive whose message arrived after it was posted puts the message on the path (from its
-send to its arrival, charged to the link of its route where it spent longest, waiting or
-crossing) and the walk goes on at the sender, from when it sent; a receive posted after
-its message had arrived waited for nothing but its own rank, so the walk goes on from its
-posting. Time that no span of the rank explains (a task waiting on a barrier of its own
-making, say) is ``idle``. Where two spans end together, a receive is followed first, since
-it leads to the rank that was waited for.
+ended there: local work (compute, reduction, copy, sleep) goes on the path and the walk
+goes on from its start on the same rank; a receive whose message arrived after it was
+posted puts the message on the path (from its send to its arrival, charged to the link of
+its route where it spent longest, waiting or crossing) and the walk goes on at the sender,
+from when it sent; a receive posted after its message had arrived waited for nothing but
+its own rank, so the walk goes on from its posting. Time that no span of the rank explains
+(a task waiting on a barrier of its own making, say) is ``idle``. Where two spans end
+together, a receive is followed first, since it leads to the rank that was waited for.
 
 Message level only, with the trace kept (``simulate``'s ``record``, the default): the
 collective level has no messages to follow.
