@@ -57,9 +57,9 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
 
 # Variants that cost most per case (a channel per rank: p rings of p ranks) or that only
 # dispatch to algorithms tested above get fewer examples, to keep the suite's time.
-FEWER_EXAMPLES = {"nccl_ring_allreduce": 2, "nccl_ring_reduce_scatter": 2,
-                  "nccl_ring_all_gather": 2, "nccl_allreduce": 2, "nccl_reduce_scatter": 2,
-                  "nccl_all_gather": 2, "nvls_allreduce": 2}
+FEWER_EXAMPLES = {"nccl_ring_allreduce": 1, "nccl_ring_reduce_scatter": 1,
+                  "nccl_ring_all_gather": 1, "nccl_allreduce": 1, "nccl_reduce_scatter": 1,
+                  "nccl_all_gather": 1, "nvls_allreduce": 1}
 
 
 def budget(name: str = "") -> settings:
