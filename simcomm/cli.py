@@ -186,6 +186,10 @@ def _add_topology_arguments(parser: argparse.ArgumentParser) -> None:
     topology.add_argument("--compute-speed", metavar="RANK=FACTOR,...",
                           help="ranks that compute at another speed than the nominal one, "
                                "e.g. 3=0.8 (rank 3 20%% slow); any topology")
+    topology.add_argument("--memory-speed", metavar="RANK=FACTOR,...",
+                          help="ranks whose local reductions and copies run at another "
+                               "factor of the topology's rate, e.g. 3=0.5 (an older GPU's "
+                               "memory); any topology")
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -311,7 +315,10 @@ _BUILDER_ONLY = ("bandwidth", "latency", "reduce_bandwidth", "gpus_per_node",
 def _topology_from_args(args: argparse.Namespace) -> Topology:
     topology = _machine_from_args(args)
     if args.compute_speed is not None:
-        topology = topology.with_compute_speed(_compute_speeds(args.compute_speed))
+        topology = topology.with_compute_speed(_rank_factors("--compute-speed",
+                                                             args.compute_speed))
+    if args.memory_speed is not None:
+        topology = topology.with_memory_speed(_rank_factors("--memory-speed", args.memory_speed))
     for item in filter(None, (part.strip() for part in (args.link_speed or "").split(","))):
         ends, eq, factor = item.partition("=")
         src, colon, dst = ends.partition(":")
@@ -326,18 +333,18 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
     return topology
 
 
-def _compute_speeds(text: str) -> dict[int, float]:
-    """``--compute-speed 3=0.8,5=0.9`` as {rank: factor}."""
+def _rank_factors(flag: str, text: str) -> dict[int, float]:
+    """``--compute-speed 3=0.8,5=0.9`` (or ``--memory-speed``) as {rank: factor}."""
     speeds = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         rank, eq, factor = item.partition("=")
         try:
             speeds[int(rank)] = float(factor)
         except ValueError:
-            raise ValueError(f"--compute-speed: {item!r} is not RANK=FACTOR (3=0.8: rank 3 "
-                             "computes at 0.8 of the nominal speed)") from None
+            raise ValueError(f"{flag}: {item!r} is not RANK=FACTOR (3=0.8: rank 3 at 0.8 of "
+                             "the nominal speed)") from None
         if not eq or not 0 < speeds[int(rank)] < float("inf"):
-            raise ValueError(f"--compute-speed: {item!r}: the factor must be a number > 0")
+            raise ValueError(f"{flag}: {item!r}: the factor must be a number > 0")
     return speeds
 
 

@@ -343,6 +343,21 @@ class Topology:
             factors[rank] = speed
         return replace(self, compute_speed=tuple(factors))
 
+    def with_memory_speed(self, speeds: dict[int, float]) -> Topology:
+        """A copy whose ranks in ``speeds`` reduce and copy locally at those factors of
+        their ``reduce_bandwidth`` (``{3: 0.5}``: rank 3's memory at half the rate); an
+        infinite rate (free reductions) stays infinite."""
+        rates = list(self.reduce_bandwidth)
+        for rank, speed in speeds.items():
+            if not (isinstance(rank, int) and 0 <= rank < self.size):
+                raise ValueError(f"memory speed for rank {rank!r}: the topology has ranks 0 "
+                                 f"to {self.size - 1}")
+            if not (isinstance(speed, (int, float)) and not isinstance(speed, bool)
+                    and 0 < speed < math.inf):
+                raise ValueError(f"memory speed for rank {rank}: a factor > 0, got {speed!r}")
+            rates[rank] *= speed
+        return replace(self, reduce_bandwidth=tuple(rates))
+
     def with_link_speed(self, src: str, dst: str, bandwidth: float = 1.0, latency: float = 1.0,
                         both_ways: bool = True) -> Topology:
         """A copy whose links from node ``src`` to node ``dst`` (and back, with

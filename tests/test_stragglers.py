@@ -191,3 +191,51 @@ def test_the_commands_take_link_speeds(capsys) -> None:
     assert slowed == pytest.approx(2 * nominal, rel=0.01)  # its NIC is the ring's bottleneck
     assert main(argv + ["--link-speed", "gpu7=0.5"]) == 2
     assert "--link-speed: 'gpu7=0.5' is not SRC:DST=FACTOR" in capsys.readouterr().err
+
+
+@settings(max_examples=30)
+@given(p=st.integers(2, 8), data=st.data(), factor=st.floats(0.05, 1.0),
+       builder=st.sampled_from([fully_connected, switch]),
+       allreduce=st.sampled_from([ring_allreduce, reduce_broadcast_allreduce]))
+def test_slower_memory_on_a_rank_never_makes_an_allreduce_faster(p, data, factor, builder,
+                                                                 allreduce) -> None:
+    # Each reducing receive costs its bytes over the rank's reduction rate, so a rank with
+    # slower memory can only make the collective end later; at a factor of 1 nothing moves.
+    topology = builder(p, 1e10, 2e-6, 2e10)
+    rank = data.draw(st.integers(0, p - 1))
+    inputs = [SizeOnly(data.draw(st.integers(p, 1 << 18)))] * p
+    nominal = simulate(allreduce, inputs, topology, record=False).time
+    slowed = simulate(allreduce, inputs, topology.with_memory_speed({rank: factor}),
+                      record=False).time
+    assert slowed >= nominal * (1 - REL)
+    assert simulate(allreduce, inputs, topology.with_memory_speed({rank: 1.0}),
+                    record=False).time == nominal
+
+
+def test_a_rank_with_slower_memory_slows_a_ring_and_the_commands_take_it(capsys) -> None:
+    # A ring all-reduce of 4 ranks: the reduce-scatter's 3 reducing receives on rank 2 take
+    # 16 MiB / 4 at half the rate each, and the ring waits for them step after step.
+    topology = switch(4, 1e11, 1e-6, 1e11)
+    inputs = [SizeOnly(1 << 22)] * 4
+    nominal = simulate(ring_allreduce, inputs, topology)
+    slowed_topology = topology.with_memory_speed({2: 0.5})
+    assert slowed_topology.reduce_bandwidth == (1e11, 1e11, 5e10, 1e11)
+    slowed = simulate(ring_allreduce, inputs, slowed_topology)
+    assert slowed.time > nominal.time
+    # The collective level's ring follows every rank's rate exactly.
+    assert simulate(ring_allreduce, inputs, slowed_topology, level="collective").time == (
+        pytest.approx(slowed.time, rel=1e-9))
+    for speeds, message in (({9: 0.5}, "ranks 0 to 3"), ({1: 0.0}, "a factor > 0")):
+        with pytest.raises(ValueError, match=message):
+            topology.with_memory_speed(speeds)
+    from simcomm.cli import main
+    command = ["bench", "--algorithm", "ring_allreduce", "--topology", "switch", "--ranks", "4",
+               "--bandwidth", "100GB/s", "--latency", "1us", "--reduce-bandwidth", "100GB/s",
+               "--sizes", "16MiB", "--format", "csv"]
+    assert main(command) == 0
+    fast = float(capsys.readouterr().out.splitlines()[1].split(",")[5])
+    assert main(command + ["--memory-speed", "2=0.5"]) == 0
+    slow = float(capsys.readouterr().out.splitlines()[1].split(",")[5])
+    assert slow == pytest.approx(slowed.time * 1e6, rel=1e-9) and slow > fast
+    assert main(command + ["--memory-speed", "2=x"]) == 2
+    assert "--memory-speed: '2=x' is not RANK=FACTOR" in capsys.readouterr().err
