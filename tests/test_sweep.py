@@ -267,9 +267,16 @@ def test_a_sweep_on_a_dask_cluster_writes_the_local_pool_s_csv(
                       dashboard_address=None) as cluster:
         status, out, _ = run(capsys, "sweep", *SMALL, "--scheduler", cluster.scheduler_address,
                              "--no-plots", "--out", str(tmp_path / "dask"))
+        # Seeded samples go to the same cluster, and come back in the order of their seeds.
+        samples = ["bench", "--algorithm", "ring_allreduce", "--topology", "switch", "--ranks",
+                   "4", "--bandwidth", "10GB/s", "--latency", "2us", "--sizes", "64KiB",
+                   "--samples", "5", "--message-delay", "lognormal:3us,1", "--format", "csv"]
+        on_dask = run(capsys, *samples, "--scheduler", cluster.scheduler_address)
     assert status == 0 and f"on the dask cluster at {cluster.scheduler_address}" in out
     assert ((tmp_path / "dask" / "sweep.csv").read_bytes()
             == (tmp_path / "pool" / "sweep.csv").read_bytes())
+    local = run(capsys, *samples)
+    assert on_dask[0] == local[0] == 0 and on_dask[1] == local[1]
 
 
 def test_rows_reach_the_csv_as_they_finish_and_a_stopped_sweep_resumes(
