@@ -202,6 +202,9 @@ def bench(args: argparse.Namespace) -> int:
         config.check_world(topology.size)
     average = SLOWEST_RANK if args.average is None else args.average
     variation = variation_from_args(args)
+    if args.samples is not None and any(config.check for config in configs):
+        raise ValueError("--samples times seeded runs and counts no wrong elements: give -c/"
+                         "--check without it")
     level = bench_level(configs[0], topology, args.level)
     header = _bench_header(args, configs[0], topology)
     header.append(describe_level(args.level, level))
