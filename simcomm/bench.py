@@ -134,10 +134,12 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
 
 
 def sample_seconds(seed: int, config: BenchConfig, topology: Topology, size: int,
-                   variation: Variation, average: int = SLOWEST_RANK) -> float:
+                   variation: Variation, average: int = SLOWEST_RANK,
+                   level: str = "message") -> float:
     """One seeded sample of ``size``: its time with ``variation``'s draws from ``seed``
     (module level, so that worker processes can run it)."""
-    row = bench_size(config, topology, size, average, variation=replace(variation, seed=seed))
+    row = bench_size(config, topology, size, average, level,
+                     variation=replace(variation, seed=seed))
     return row.time_us / 1e6
 
 

@@ -202,10 +202,13 @@ def bench(args: argparse.Namespace) -> int:
         config.check_world(topology.size)
     average = SLOWEST_RANK if args.average is None else args.average
     variation = variation_from_args(args)
+    level = bench_level(configs[0], topology, args.level)
+    if args.samples is not None and level == "collective":
+        raise ValueError("--samples draws per message: the level is collective here; give "
+                         "--level message")
     if args.samples is not None and any(config.check for config in configs):
         raise ValueError("--samples times seeded runs and counts no wrong elements: give -c/"
                          "--check without it")
-    level = bench_level(configs[0], topology, args.level)
     header = _bench_header(args, configs[0], topology)
     header.append(describe_level(args.level, level))
     if args.samples is not None:
@@ -215,7 +218,8 @@ def bench(args: argparse.Namespace) -> int:
     writer = RowWriter(sys.stdout, configs[0].format, header, spread=args.samples is not None)
     writer.start()
     if args.samples is not None:
-        _bench_samples(args, configs, topology, average, variation or Variation(0), writer)
+        _bench_samples(args, configs, topology, average, level, variation or Variation(0),
+                       writer)
     else:
         expected = expected_messages(configs[0].collective.function, topology.size)
         with message_progress(None if expected is None
@@ -231,14 +235,17 @@ def bench(args: argparse.Namespace) -> int:
 
 
 def _bench_samples(args: argparse.Namespace, configs: Sequence[BenchConfig], topology: Topology,
-                   average: int, variation: Variation, writer: RowWriter) -> None:
+                   average: int, level: str, variation: Variation, writer: RowWriter) -> None:
     """``--samples``: every size's seeded samples, a row each with their spread."""
     drawn = {}
     for config in configs:
         for size in config.sizes:
             run = partial(sample_seconds, config=config, topology=topology, size=size,
-                          variation=variation, average=average)
-            drawn[f"{config.collective.name}, {size} B"] = samples = run_samples(args, run)
+                          variation=variation, average=average, level=level)
+            name = f"{config.collective.name}, {config.dtype.name}"
+            if config.op is not None:
+                name += f", {config.op.value}"
+            drawn[f"{name}, {size} B"] = samples = run_samples(args, run)
             writer.write(sampled_row(config, topology.size, size, samples))
     save_histogram(args, drawn, f"{args.samples} seeded samples a size on {topology.name}")
 

@@ -150,7 +150,11 @@ def critical_path(result: SimResult) -> CriticalPath:
                                     event.label))
             now = event.start
         else:
-            now = event.start  # posted after its message arrived: it waited for its rank
+            # Posted after its message arrived: it waited for its own rank; what it took
+            # from its posting (a reduction into memory) is local work.
+            if now > event.start + _EPSILON:
+                segments.append(Segment("compute", rank, event.start, now, label=event.label))
+            now = event.start
     return CriticalPath(tuple(reversed(segments)), tuple(stats.link for stats in result.links))
 
 

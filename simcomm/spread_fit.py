@@ -111,6 +111,9 @@ def fit_spread(run: Runner, measured: Mapping[int, Sequence[float]], samples: in
     # Start where the largest size's median says the slowdown is, with a small delay, and
     # take first steps of a factor e in the delay and of 10% in the slowdown.
     nominal = [run(size, Variation(0)) for size in sizes]
+    if min(nominal) <= 0:
+        raise ValueError("the simulated run takes no time (one rank?): there is no spread of "
+                         "messages to fit")
     slowdown = max(float(np.exp(targets[-1, 0])) / nominal[-1], 0.1)
     start = np.array([math.log(0.02 * float(np.exp(targets[0, 0]))), 1.0,
                       math.log(slowdown), 0.1])
@@ -128,7 +131,9 @@ def fit_spread(run: Runner, measured: Mapping[int, Sequence[float]], samples: in
 def _variation(x: np.ndarray) -> Variation:
     """The variation of the optimiser's point: log delay, its sigma, log slowdown, its
     sigma (the sigmas' signs do not matter)."""
-    log_delay, delay_sigma, log_slowdown, slowdown_sigma = (float(v) for v in x)
+    # Kept within what a machine can show, so that no trial over- or underflows.
+    log_delay, delay_sigma, log_slowdown, slowdown_sigma = np.clip(
+        x, [-30.0, -10.0, -5.0, -5.0], [5.0, 10.0, 5.0, 5.0]).tolist()
     return Variation(0, Distribution("lognormal", (math.exp(log_delay), abs(delay_sigma))),
                      message_slowdown=Distribution("lognormal", (math.exp(log_slowdown),
                                                                  abs(slowdown_sigma))))
@@ -151,5 +156,9 @@ def read_runs(path: str | Path) -> dict[int, list[float]]:
                              "-I --format json")
         if not isinstance(row.get("size"), int) or row["size"] in runs:
             raise ValueError(f"{path}: row {number}: its size is missing or repeated")
-        runs[row["size"]] = [float(t) / 1e6 for t in spread["runs_us"]]
+        times = spread["runs_us"]
+        if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times):
+            raise ValueError(f"{path}: row {number}: runs_us holds something other than "
+                             "numbers")
+        runs[row["size"]] = [float(t) / 1e6 for t in times]
     return runs

@@ -45,7 +45,9 @@ def test_measured_runs_are_read_from_bench_json_and_checked(tmp_path: Path) -> N
     for text, message in (("[]", "expected a JSON list"), ("{", "cannot read"),
                           ('[{"size": 8, "time_us": 1.0}]', "row 1 has no runs"),
                           ('[{"size": 8, "spread": {"runs_us": [1]}}, '
-                           '{"size": 8, "spread": {"runs_us": [1]}}]', "repeated")):
+                           '{"size": 8, "spread": {"runs_us": [1]}}]', "repeated"),
+                          ('[{"size": 8, "spread": {"runs_us": [1, null]}}]',
+                           "other than numbers")):
         path.write_text(text)
         with pytest.raises(ValueError, match=message):
             read_runs(path)
@@ -53,6 +55,8 @@ def test_measured_runs_are_read_from_bench_json_and_checked(tmp_path: Path) -> N
         fit_spread(_run, {8: [1e-3] * 4})
     with pytest.raises(ValueError, match="no measured sizes"):
         fit_spread(_run, {})
+    with pytest.raises(ValueError, match="takes no time"):
+        fit_spread(lambda size, variation: 0.0, {8: [1e-3] * 5})
 
 
 def test_simcomm_fit_spread_reads_what_bench_samples_write(tmp_path: Path, capsys) -> None:

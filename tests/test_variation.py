@@ -138,7 +138,9 @@ def test_simcomm_bench_samples_give_each_size_its_spread(tmp_path: Path, capsys)
                            (["--samples", "2", "--message-slowdown", "lognormal:0,1"],
                             "the median must be > 0"),
                            (["--samples", "2", "--message-delay", "normal:1us,1us", "-c", "1"],
-                            "counts no wrong elements")):
+                            "counts no wrong elements"),
+                           (["--samples", "2", "--message-delay", "normal:1us,1us", "--level",
+                             "collective"], "the level is collective here")):
         assert main(command[:-4] + flags) == 2
         assert message in capsys.readouterr().err
 
