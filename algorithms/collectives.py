@@ -20,7 +20,8 @@ from typing import Any
 
 from algorithms.buffers import split_even, split_sizes
 from algorithms.ops import (
-    AVG, SUM, Alloc, Combine, Comm, Copy, Divide, Join, Recv, ReduceOp, Send, Sleep, Wait,
+    AVG, SUM, Alloc, Combine, Comm, Copy, Divide, Join, Recv, ReduceOp, Send, Sleep, Spawn,
+    Wait,
 )
 
 Schedule = Generator[Any, Any, Any]
@@ -35,15 +36,18 @@ def run_after(previous: Any, schedule: Schedule) -> Schedule:
 
 
 def slowed(schedule: Schedule, seconds: float, label: str = "slowed") -> Schedule:
-    """``schedule`` with a ``Sleep`` of ``seconds`` before each of its ops: a rank slowed on
-    purpose, on either transport (the simulator models slow ranks with
-    ``Topology.compute_speed``; this is for testing what real runs do with one)."""
+    """``schedule`` with a ``Sleep`` of ``seconds`` before each of its ops, and of the ops of
+    the tasks it spawns: a rank slowed on purpose, on either transport (the simulator models
+    slow ranks with ``Topology.compute_speed``; this is for testing what real runs do with
+    one)."""
     value = None
     while True:
         try:
             op = schedule.send(value)
         except StopIteration as stop:
             return stop.value
+        if isinstance(op, Spawn):
+            op = Spawn(slowed(op.schedule, seconds, label), op.channel)
         yield Sleep(seconds, label)
         value = yield op
 

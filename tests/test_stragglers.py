@@ -132,6 +132,22 @@ def test_realcomm_slows_a_rank_on_purpose() -> None:
     assert 0.3 <= slower <= nominal + 0.3 + 1e-12
 
 
+def test_a_slowed_schedule_slows_the_tasks_it_spawns_too() -> None:
+    # A schedule that spawns its all-reduce as a task, then joins it: 2 ops of its own
+    # (Spawn, Join) and the task's 6 (two ring steps of Send, Recv, Wait), each after a Sleep.
+    from algorithms import Join, Spawn
+    from algorithms.collectives import slowed
+    from simcomm import SizeOnly, simulate
+
+    def spawned(comm, x):
+        task = yield Spawn(ring_allreduce(comm, x), "ring")
+        return (yield Join(task))
+    sleeps = simulate(lambda comm, x: slowed(spawned(comm, x), 0.01), [SizeOnly(1000)] * 2,
+                      switch(2, 1e9, 1e-6)).trace
+    per_rank = [sum(1 for e in sleeps if e.kind == "sleep" and e.rank == r) for r in (0, 1)]
+    assert per_rank == [8, 8]  # Spawn and Join, and the task's 6 ops
+
+
 def test_a_link_at_another_speed() -> None:
     topology = make_preset("cluster-h100:nodes=2")
     half = topology.with_link_speed("gpu7", "net", bandwidth=0.5, latency=2.0)
