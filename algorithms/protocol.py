@@ -37,8 +37,7 @@ from typing import Any
 
 from algorithms.ops import (
     Alloc, Combine, Compute, Copy, Divide, Footprint, Join, Launch, Multicast, Recv, RecvReduce,
-    Sleep,
-    ReduceOp, Send, Spawn, Wait,
+    ReduceOp, Send, Sleep, Spawn, Wait,
 )
 
 MAIN_CHANNEL = 0

@@ -67,8 +67,7 @@ from simcomm.spread_fit import fit_spread, read_runs
 from simcomm.summary import format_summary
 from simcomm.sweep import (
     DEFAULT_ALGORITHMS, DEFAULT_BANDWIDTHS, DEFAULT_LATENCIES, DEFAULT_RANKS, DEFAULT_SIZES,
-    DEFAULT_TOPOLOGIES, Grid, point_key, row_key, run_sweep,
-    split_list,
+    DEFAULT_TOPOLOGIES, Grid, point_key, row_key, run_sweep, split_list,
 )
 from simcomm.sweep_csv import Series, SweepRow, read_bench_csv, read_csv, write_csv
 from simcomm.topofile import dump_topology
@@ -715,10 +714,10 @@ def sweep(args: argparse.Namespace) -> int:
 def _replace_csv(path: Path, rows: list[SweepRow]) -> None:
     """Write ``rows`` to ``path`` whole, through a file beside it, so that the old file is
     there until the new one is."""
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "w", encoding="utf-8", newline="") as stream:
+    scratch = path.with_name(path.name + ".partial")
+    with open(scratch, "w", encoding="utf-8", newline="") as stream:
         write_csv(rows, stream)
-    os.replace(partial, path)
+    os.replace(scratch, path)
 
 
 def _grid_from_args(args: argparse.Namespace) -> Grid:

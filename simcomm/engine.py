@@ -813,8 +813,8 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     (``simcomm.variation.Variation``) draws each message's late start and slowdown and each
     computation's length from seeded distributions, the machine's own spread.
     ``progress(n)`` is told of every n (``PROGRESS_EVERY``) messages sent, for a progress
-    bar. ``jitter`` delays messages
-    and computations at random (``Jitter``), to explore the orders a run may take.
+    bar. ``jitter`` delays messages and computations at random (``Jitter``), to explore the
+    orders a run may take.
     ``tuner`` chooses how the collectives that ask (``algorithms.tuned.nccl_allreduce``) run
     (``Comm.tuner``); by default ``simcomm.tuning.ModelTuner(topology)``, this model's
     fastest choice.

@@ -169,6 +169,15 @@ def _distribution(flag: str, text: str, seconds: bool) -> Distribution:
         raise ValueError(f"{flag}: {error}") from None
 
 
+def _sample_steps(args: argparse.Namespace, what: str, model: Model, topology: Topology,
+                  run: Callable[[int], float]) -> None:
+    """``--samples`` of a ``what`` (DDP, FSDP) step: their statistics, and the histogram."""
+    samples = run_samples(args, run)
+    print(f"# {samples.format()}, seeds {args.seed} to {args.seed + args.samples - 1}")
+    save_histogram(args, {f"{model.name}, {what} step": samples},
+                   f"{args.samples} seeded {what} steps, {model.name} on {topology.name}")
+
+
 def _ddp_step_time(seed: int, model: Model, topology: Topology, bucket_cap: int, overlap: bool,
                    variation: Variation, options: dict[str, Any]) -> float:
     """One sample of ``simcomm ddp --samples``: the step time with ``variation``'s draws
@@ -274,13 +283,9 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
             model, even, bucket_cap=cap, overlap=not args.no_overlap, variation=variation,
             **options).step)
     if args.samples is not None:
-        run = partial(_ddp_step_time, model=model, topology=topology,
-                      bucket_cap=parse_bytes(args.bucket_cap), overlap=not args.no_overlap,
-                      variation=variation or Variation(0), options=options)
-        samples = run_samples(args, run)
-        print(f"# {samples.format()}, seeds {args.seed} to {args.seed + args.samples - 1}")
-        save_histogram(args, {f"{model.name}, DDP step": samples},
-                       f"{args.samples} seeded DDP steps, {model.name} on {topology.name}")
+        _sample_steps(args, "DDP", model, topology, partial(
+            _ddp_step_time, model=model, topology=topology, bucket_cap=cap,
+            overlap=not args.no_overlap, variation=variation or Variation(0), options=options))
     if args.compare:
         others = [simulate_ddp(model, topology, bucket_cap=parse_bytes(args.bucket_cap),
                                overlap=args.no_overlap, **options),
@@ -378,12 +383,9 @@ def run_fsdp(args: argparse.Namespace, topology: Topology) -> int:
         _print_critical_path(report.result, topology, lambda even: simulate_fsdp(
             model, even, variation=variation, **options).step)
     if args.samples is not None:
-        run = partial(_fsdp_step_time, model=model, topology=topology,
-                      variation=variation or Variation(0), options=options)
-        samples = run_samples(args, run)
-        print(f"# {samples.format()}, seeds {args.seed} to {args.seed + args.samples - 1}")
-        save_histogram(args, {f"{model.name}, FSDP step": samples},
-                       f"{args.samples} seeded FSDP steps, {model.name} on {topology.name}")
+        _sample_steps(args, "FSDP", model, topology, partial(
+            _fsdp_step_time, model=model, topology=topology,
+            variation=variation or Variation(0), options=options))
     if args.compare:
         variants = {
             "fsdp": {},
