@@ -337,9 +337,7 @@ class Topology:
         (``{3: 0.8}``: rank 3 is 20% slow); the others keep theirs."""
         factors = [self.speed_of(r) for r in range(self.size)]
         for rank, speed in speeds.items():
-            if not (isinstance(rank, int) and 0 <= rank < self.size):
-                raise ValueError(f"compute speed for rank {rank!r}: the topology has ranks 0 "
-                                 f"to {self.size - 1}")
+            self._check_rank("compute speed", rank)
             factors[rank] = speed
         return replace(self, compute_speed=tuple(factors))
 
@@ -349,14 +347,17 @@ class Topology:
         infinite rate (free reductions) stays infinite."""
         rates = list(self.reduce_bandwidth)
         for rank, speed in speeds.items():
-            if not (isinstance(rank, int) and 0 <= rank < self.size):
-                raise ValueError(f"memory speed for rank {rank!r}: the topology has ranks 0 "
-                                 f"to {self.size - 1}")
+            self._check_rank("memory speed", rank)
             if not (isinstance(speed, (int, float)) and not isinstance(speed, bool)
                     and 0 < speed < math.inf):
                 raise ValueError(f"memory speed for rank {rank}: a factor > 0, got {speed!r}")
             rates[rank] *= speed
         return replace(self, reduce_bandwidth=tuple(rates))
+
+    def _check_rank(self, what: str, rank: object) -> None:
+        if not (isinstance(rank, int) and 0 <= rank < self.size):
+            raise ValueError(f"{what} for rank {rank!r}: the topology has ranks 0 to "
+                             f"{self.size - 1}")
 
     def with_link_speed(self, src: str, dst: str, bandwidth: float = 1.0, latency: float = 1.0,
                         both_ways: bool = True) -> Topology:
