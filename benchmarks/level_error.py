@@ -30,7 +30,7 @@ CASES = [  # (algorithm, params)
     ("reduce_broadcast_allreduce", {"tree": True}),
     ("nccl_allreduce", {}), ("nccl_allreduce", {"algorithm": "ring"}),
     ("nccl_allreduce", {"algorithm": "tree"}), ("nccl_reduce_scatter", {}),
-    ("nccl_all_gather", {}), ("nvls_allreduce", {}),
+    ("nccl_all_gather", {}), ("nvls_allreduce", {}), ("hierarchical_allreduce", {}),
 ]
 
 

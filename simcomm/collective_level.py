@@ -42,8 +42,8 @@ from algorithms.collectives import (
     all_gather, broadcast, reduce, reduce_broadcast_allreduce, reduce_scatter, ring_allreduce,
 )
 from algorithms.nccl import (
-    as_protocol, nccl_ring_all_gather, nccl_ring_allreduce, nccl_ring_reduce_scatter,
-    ring_slices,
+    as_protocol, hierarchical_allreduce, nccl_ring_all_gather, nccl_ring_allreduce,
+    nccl_ring_reduce_scatter, ring_slices,
 )
 from algorithms.nccl_tree import TREE_CHUNK_BYTES, nccl_tree_allreduce
 from algorithms.nvls import NVLS_CHANNELS, nvls_allreduce, nvls_chunk_bytes, pipeline_chunks
@@ -504,6 +504,13 @@ def _nvls_allreduce_cost(machine: Machine, count: int, itemsize: int, op: Reduce
                                         chunk_bytes=chunk_bytes)
 
 
+def _hierarchical_allreduce_cost(machine: Machine, count: int, itemsize: int,
+                                 op: ReduceOp = SUM, protocol: Protocol | str = "simple"
+                                 ) -> CollectiveCost:
+    choice = Choice("hierarchical", as_protocol(protocol), 1)
+    return _estimated(machine, "allreduce", choice, count, itemsize)
+
+
 def _nccl_allreduce_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
                          algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0
                          ) -> CollectiveCost:
@@ -526,10 +533,19 @@ def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, 
                     ) -> int:
     """The messages the message level sends for ``choice``, as the algorithms cut the
     buffer: per channel, a ring's p hops per step in slices, a tree's p - 1 edges up and
-    down per chunk, NVLS's p (p - 1) sends into and out of the switch per chunk."""
+    down per chunk, NVLS's p (p - 1) sends into and out of the switch per chunk; the
+    hierarchical all-reduce's rings in nodes and along rails, in slices."""
     p = comm.size
     if p == 1:
         return 0
+    if choice.algorithm == "hierarchical":
+        per_node = comm.ranks_per_node
+        nodes = p // per_node
+        chunks = _parts(count, per_node)  # local rank j's chunk goes along rail j
+        within = 2 * p * (per_node - 1) * ring_slices(chunks[0] * itemsize)
+        return within + sum(2 * nodes * (nodes - 1) * ring_slices(_parts(chunk, nodes)[0]
+                                                                   * itemsize)
+                            for chunk in chunks)
     parts = _parts(count, choice.channels)
     if choice.algorithm == "nvls":
         chunk = nvls_chunk_bytes(count * itemsize, choice.channels, p)
@@ -586,6 +602,10 @@ MODELS: dict[Callable[..., Any], _Model] = {
     reduce_broadcast_allreduce: _Model(_reduce_broadcast_cost, lambda p: 2 * (p - 1),
                                        supports=_tree_only),
     nvls_allreduce: _Model(_nvls_allreduce_cost, lambda p: 2 * p * (p - 1)),
+    # Rings of L ranks in nodes and of N = p / L along rails: 2p(L + N - 2) messages at
+    # least, and L + N >= 2 sqrt(p).
+    hierarchical_allreduce: _Model(_hierarchical_allreduce_cost,
+                                   lambda p: 4 * p * (math.isqrt(p) - 1)),
 }
 
 

@@ -57,6 +57,13 @@ class _Shape:
     busiest: float  # seconds per byte of a part on the busiest link or sender's pipe
 
 
+def _ring_edges(orders: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Every hop of the rings ``orders`` (one row per ring), and per ring its hops."""
+    size = orders.shape[1]
+    src, dst = orders.ravel(), np.roll(orders, -1, axis=1).ravel()
+    return src, dst, [np.arange(c * size, (c + 1) * size) for c in range(len(orders))]
+
+
 class ModelTuner:
     """A ``Tuner`` (``algorithms.ops.Tuner``) for ``topology``: for each call the candidate
     with the least estimated time. Choices are cached per (collective, bytes)."""
@@ -104,8 +111,10 @@ class ModelTuner:
         comm = Comm(0, p, self.topology.local_size)
         if choice.algorithm == "ring":
             steps = 2 * (p - 1) if collective == "allreduce" else p - 1
-            return launch + self._rings(comm, choice.channels, steps,
-                                        nbytes / (choice.channels * p), protocol)
+            shape = self._shape("ring", comm, choice.channels, protocol)
+            return launch + self._rings(shape, p, steps, nbytes / (choice.channels * p))
+        if choice.algorithm == "hierarchical" and collective == "allreduce":
+            return launch + self._hierarchical(comm, nbytes, protocol)
         if choice.algorithm == "tree" and collective == "allreduce":
             return launch + self._trees(comm, choice.channels, nbytes, protocol)
         if choice.algorithm == "nvls" and collective == "allreduce":
@@ -138,32 +147,45 @@ class ModelTuner:
         # While the first chunks go up the downlinks idle, for about a slice of a chunk.
         return 2 * step + nbytes * (p + 1) / p / rate + nbytes / chunks / p / rate
 
-    def _rings(self, comm: Comm, channels: int, steps: int, chunk: float,
-               protocol: Protocol) -> float:
-        """Seconds for ``channels`` rings (``rail_ring``) to move ``steps`` chunks of
-        ``chunk`` bytes per hop, each in slices (``ring_slices``), pipelined, all at once."""
+    def _hierarchical(self, comm: Comm, nbytes: int, protocol: Protocol) -> float:
+        """Seconds for ``algorithms.nccl.hierarchical_allreduce``: a reduce-scatter in every
+        node's ring, an all-reduce of a node's share in every rail's ring, an all-gather in
+        every node's ring, one phase after the other, one channel each."""
+        per_node = comm.ranks_per_node
+        nodes = comm.size // per_node
+        within = self._shape("node", comm, 1, protocol)
+        across = self._shape("rail", comm, 1, protocol)
+        return (2 * self._rings(within, per_node, per_node - 1, nbytes / per_node)
+                + self._rings(across, nodes, 2 * (nodes - 1), nbytes / per_node / nodes))
+
+    @staticmethod
+    def _rings(shape: _Shape, size: int, steps: int, chunk: float) -> float:
+        """Seconds for the rings of ``shape``, ``size`` ranks each, to move ``steps``
+        chunks of ``chunk`` bytes per hop, each in slices (``ring_slices``), pipelined, all
+        at once."""
+        if steps == 0:
+            return 0.0
         slices = ring_slices(math.ceil(chunk))
-        shape = self._shape("ring", comm, channels, protocol)
         # Per ring: a slice once around it, then the first slice's way through every step
         # and the other slices behind it.
         moving = chunk / slices * shape.per_byte
-        hop = moving / comm.size
-        path = float(((shape.latency + moving) * steps / comm.size + (slices - 1) * hop).max())
+        hop = moving / size
+        path = float(((shape.latency + moving) * steps / size + (slices - 1) * hop).max())
         return max(path, steps * chunk * shape.busiest)
 
     def _shape(self, kind: str, comm: Comm, channels: int, protocol: Protocol) -> _Shape:
-        """What an estimate of ``channels`` rings or trees needs, whatever the bytes
-        (cached): per ring or tree, the latency and the seconds per byte of its way (a ring
-        once around, a tree's deepest rank to the root and back), and the seconds per byte
-        of a part on the busiest link or the busiest sender's pipe."""
+        """What an estimate of rings or trees needs, whatever the bytes (cached): per ring
+        or tree, the latency and the seconds per byte of its way (a ring once around, a
+        tree's deepest rank to the root and back), and the seconds per byte of a part on the
+        busiest link or the busiest sender's pipe. ``kind`` is ``ring`` (``channels`` rings
+        of all ranks, ``rail_ring``), ``tree`` (``channels`` trees), ``node`` (a ring in
+        every node) or ``rail`` (a ring of every rail, a node's local rank i in each)."""
         key = (kind, channels, protocol)
         if key not in self._shapes:
-            if kind == "ring":
-                orders = np.array([rail_ring(comm, c) for c in range(channels)])
-                src, dst = orders.ravel(), np.roll(orders, -1, axis=1).ravel()
-                ways = [np.arange(c * comm.size, (c + 1) * comm.size) for c in range(channels)]
-            else:
+            if kind == "tree":
                 src, dst, ways = self._tree_edges(comm, channels)
+            else:
+                src, dst, ways = _ring_edges(self._ring_orders(kind, comm, channels))
             routes = self.topology.route_matrix(src, dst)
             latency, per_byte = self._route_costs(routes, protocol, channels)
             links = self.topology.links
@@ -175,6 +197,14 @@ class ModelTuner:
                                        np.array([per_byte[way].sum() for way in ways]),
                                        max(on_link, on_pipe))
         return self._shapes[key]
+
+    @staticmethod
+    def _ring_orders(kind: str, comm: Comm, channels: int) -> np.ndarray:
+        """The rank orders of the rings of ``kind`` (see ``_shape``), one row per ring."""
+        if kind == "ring":
+            return np.array([rail_ring(comm, c) for c in range(channels)])
+        in_nodes = np.arange(comm.size).reshape(-1, comm.ranks_per_node)
+        return in_nodes if kind == "node" else in_nodes.T
 
     def _tree_edges(self, comm: Comm, channels: int
                     ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:

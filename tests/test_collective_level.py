@@ -14,6 +14,7 @@ from algorithms.collectives import (
     all_gather, alltoall_allreduce, broadcast, reduce, reduce_broadcast_allreduce,
     reduce_scatter, ring_allreduce,
 )
+from algorithms.nccl import hierarchical_allreduce
 from algorithms.ops import AVG, SUM
 from simcomm import Jitter, Link, SizeOnly, Topology, simulate
 from simcomm.collective_level import AUTO_MESSAGE_LIMIT, MODELS, choose_level, collective_cost
@@ -147,6 +148,10 @@ def test_auto_takes_the_message_level_while_it_is_cheap() -> None:
     assert choose_level("auto", ring_allreduce, p, size_only=False) == "message"
     assert choose_level("auto", reduce, p, params={"tree": False}) == "message"
     assert choose_level("auto", reduce, 300_000, params={"tree": True}) == "collective"
+    # The hierarchical all-reduce's count is a lower bound whatever the ranks per node:
+    # 16 ranks send 2 * 16 * (4 + 4 - 2) = 192 messages or more, 4,096 ranks 1,032,192.
+    assert choose_level("auto", hierarchical_allreduce, 16) == "message"
+    assert choose_level("auto", hierarchical_allreduce, 4096) == "collective"
 
 
 def test_the_collective_level_refuses_what_it_cannot_do() -> None:
@@ -257,7 +262,9 @@ def test_the_commands_say_which_level_ran(capsys) -> None:
 @pytest.mark.parametrize("algorithm, params, tolerance", [
     ("nccl_allreduce", {}, 0.45), ("nccl_allreduce", {"algorithm": "ring"}, 0.10),
     ("nccl_allreduce", {"algorithm": "ring", "protocol": "ll128", "channels": 3}, 0.10),
-    ("nccl_reduce_scatter", {"op": AVG}, 0.10), ("nccl_all_gather", {}, 0.10)])
+    ("nccl_reduce_scatter", {"op": AVG}, 0.10), ("nccl_all_gather", {}, 0.10),
+    ("nccl_allreduce", {"algorithm": "hierarchical", "protocol": "ll"}, 0.10),
+    ("hierarchical_allreduce", {"op": AVG}, 0.10)])
 def test_nccl_class_collectives_are_estimated_near_the_message_level(
         spec, algorithm, params, tolerance) -> None:
     import algorithms.tuned
