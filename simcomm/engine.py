@@ -49,10 +49,12 @@ is posted, and waiting checks that the algorithm left the send buffer untouched 
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 from collections import defaultdict, deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -122,19 +124,18 @@ class _Handle(Handle):
                  "message", "route", "hop", "tail", "trace_index", "in_switch", "group")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
-                 reduce: ReduceOp | None, posted: float, label: str, span: Span | None
-                 ) -> None:
+                 reduce: ReduceOp | None, posted: float, label: str) -> None:
         # Handle's fields, set here rather than by super().__init__: this runs twice per
-        # message, and the extra call cost the simulator 4% of its speed.
+        # message, and the extra call cost the simulator 4% of its speed. The span is
+        # None (no memory to guard) until a run with data sets it.
         self.task, self.is_send, self.peer, self.buf, self.reduce = (
             task, is_send, peer, buf, reduce)
-        self.label, self.waited, self.span, self.seq = label, False, span, 0
+        self.label, self.waited, self.span, self.seq = label, False, None, 0
         task.outstanding[self] = None
         self.message = -1  # a Send's number; a Recv's is its matching Send's
-        # Only a Send sets route (link, ticks per byte, latency, gap), hop (the next link its head
-        # enters), tail (when its tail reached the end of the last link crossed) and
-        # trace_index (its place in the trace, or -1).
-        self.nbytes = buf.nbytes
+        # Only a Send sets nbytes, route (link, ticks per byte, latency, gap), hop (the next
+        # link its head enters), tail (when its tail reached the end of the last link
+        # crossed) and trace_index (its place in the trace, or -1).
         self.data: np.ndarray | None = None  # the message's data; None for size-only runs
         self.recv: _Handle | None = None
         self.matched = False
@@ -283,25 +284,25 @@ class _Simulation(Interpreter):
     # -- point to point ------------------------------------------------------------------
 
     def send(self, task: _Task, op: Send, branch: bool = False) -> _Handle:
-        src, dst, now = task.rank, op.peer, self.env.now
+        src, dst, now, buf = task.rank, op.peer, self.env.now, op.buf
         if dst >= self.size or dst == src:  # Send itself checked that dst >= 0
             self.check_peer(task, dst, "Send")
-        h = _Handle(task, True, dst, op.buf, None, now, op.label,
-                    _span(op.buf) if self.has_data else None)
-        if h.span is not None:
+        h = _Handle(task, True, dst, buf, None, now, op.label)
+        if self.has_data:
+            h.span = _span(buf)
             self.guard(h)
-        # The data leave when the Send is posted; Wait checks the buffer was left alone.
-        if isinstance(h.buf, np.ndarray):
-            h.data = h.buf.copy()
-        h.message = self.messages
-        self.messages += 1
+            # The data leave when the Send is posted; Wait checks the buffer was left alone.
+            h.data = buf.copy()
+        h.nbytes = buf.nbytes
+        h.message = message = self.messages
+        self.messages = message + 1
         if self.progress is not None and not self.messages % PROGRESS_EVERY:
             self.progress(PROGRESS_EVERY)
         h.trace_index = -1
         if self.record:  # its end is filled in when it arrives
             h.trace_index = len(self.trace)
             self.trace.append(TraceEvent("send", src, task.channel, now / TICKS_PER_SECOND,
-                                         math.nan, dst, h.nbytes, op.label, h.message))
+                                         math.nan, dst, h.nbytes, op.label, message))
         protocol = op.protocol
         routes = self.simple_routes if protocol is _SIMPLE else self.routes[protocol]
         route = routes.get((src, dst))
@@ -313,7 +314,10 @@ class _Simulation(Interpreter):
         if op.in_switch:  # pulled by its RecvReduce: it leaves when that is posted
             h.in_switch = True
         elif not branch:  # a multicast's branch leaves from the switch
-            self._leave(h)
+            if self.departs_late:
+                self._leave(h)
+            else:
+                self._cross(h, now)
         sends, recvs = self.queues[src, dst, task.channel]
         if recvs:
             self._pair(h, recvs.popleft())
@@ -397,9 +401,9 @@ class _Simulation(Interpreter):
         src, dst = op.peer, task.rank
         if src >= self.size or src == dst:  # Recv itself checked that src >= 0
             self.check_peer(task, src, "Recv")
-        h = _Handle(task, False, src, op.buf, op.reduce, self.env.now, op.label,
-                    _span(op.buf) if self.has_data else None)
-        if h.span is not None:
+        h = _Handle(task, False, src, op.buf, op.reduce, self.env.now, op.label)
+        if self.has_data:
+            h.span = _span(op.buf)
             self.guard(h)
         h.group = group
         sends, recvs = self.queues[src, dst, task.channel]
@@ -411,7 +415,8 @@ class _Simulation(Interpreter):
 
     def _pair(self, send: _Handle, recv: _Handle) -> None:
         src, dst, sent, buf = send.task.rank, recv.task.rank, send.buf, recv.buf
-        if len(buf) != len(sent) or buf.dtype != sent.dtype:
+        # dtypes compared by identity first: a dtype's == is a numpy call, per message.
+        if len(buf) != len(sent) or (buf.dtype is not sent.dtype and buf.dtype != sent.dtype):
             raise MessageSizeError(
                 f"rank {dst} posted a Recv of {len(buf)} x {buf.dtype} from rank {src} "
                 f"on channel {recv.task.channel!r}, but the matching Send from rank {src} "
@@ -496,8 +501,7 @@ class _Simulation(Interpreter):
             for send in group.sends:
                 send.arrived = True
                 if send.trace_index >= 0:
-                    self.trace[send.trace_index] = self.trace[send.trace_index]._replace(
-                        end=self.env.now / TICKS_PER_SECOND)
+                    self._arrived_in_trace(send)
                 self._complete(send)
                 self._complete(send.recv)  # the switch summed: no reduction in memory
         self.env.timeout(leg.tail - self.env.now).callbacks.append(land)
@@ -568,20 +572,27 @@ class _Simulation(Interpreter):
         send = event.value
         send.arrived = True
         if send.trace_index >= 0:
-            self.trace[send.trace_index] = self.trace[send.trace_index]._replace(
-                end=self.env.now / TICKS_PER_SECOND)
+            self._arrived_in_trace(send)
         if send.recv is not None:
             self._complete(send)
             self._deliver(send)
         elif send.nbytes <= self.eager_limit:
             self._complete(send)
 
+    def _arrived_in_trace(self, send: _Handle) -> None:
+        # The send's event with its end; made anew, which is quicker than _replace.
+        self.trace[send.trace_index] = TraceEvent(
+            "send", send.task.rank, send.task.channel, send.posted / TICKS_PER_SECOND,
+            self.env.now / TICKS_PER_SECOND, send.peer, send.nbytes, send.label, send.message)
+
     def _on_received_late(self, event: simpy.Event) -> None:
         self._complete(event.value)
 
     def _deliver(self, send: _Handle) -> None:
         h = send.recv
-        if h.reduce is not None:
+        # A reduction at no cost (reduce_bandwidth infinite) never waits for the memory:
+        # every op on it then takes no time.
+        if h.reduce is not None and self.memory_per_byte[h.task.rank]:
             end = self._occupy_memory(h.task, send.nbytes, "reduce", send.task.rank,
                                       h.label, h.message)
             if end > self.env.now:
@@ -597,8 +608,8 @@ class _Simulation(Interpreter):
         if not h.is_send and self.record:
             self.trace.append(TraceEvent("recv", h.task.rank, h.task.channel,
                                          h.posted / TICKS_PER_SECOND,
-                                         self.env.now / TICKS_PER_SECOND, h.peer, h.nbytes,
-                                         h.label, h.message))
+                                         self.env.now / TICKS_PER_SECOND, h.peer,
+                                         h.buf.nbytes, h.label, h.message))
         if h.waited:  # its task waits on it (a handle done before its Wait never blocks)
             task = h.task
             task.pending -= 1
@@ -790,6 +801,21 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block, as it was after. A run makes no
+    reference cycle per message (see ``_Handle``), so refcounting frees what it drops; but
+    the collector, woken every few hundred allocations, walked the growing trace again and
+    again: a fifth to a third of a run with the trace on."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Topology, /,
              *, record: bool = True, trace: str | os.PathLike[str] | IO[str] | None = None,
              eager_limit: int | None = None, max_ops: int | None = DEFAULT_MAX_OPS,
@@ -884,10 +910,11 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
             raise TypeError(f"{getattr(algorithm, '__name__', algorithm)!r} did not return a "
                             "generator: an algorithm is a generator function that yields ops")
         gens.append(gen)
-    for rank, gen in enumerate(gens):
-        sim.start_main(rank, gen)
+    with _collector_paused():
+        for rank, gen in enumerate(gens):
+            sim.start_main(rank, gen)
+        sim.env.run(until=None if max_time is None else _ticks(max_time))
     limit = math.inf if max_time is None else max_time
-    sim.env.run(until=None if max_time is None else _ticks(max_time))
     sim.check_finished(limit)
     links = [LinkStats(link, sim.link_bytes[i], sim.link_busy[i] / TICKS_PER_SECOND)
              for i, link in enumerate(topology.links)]
