@@ -52,7 +52,7 @@ from algorithms.tuned import (
     ALLREDUCE_ALGORITHMS, AUTO, choose, nccl_all_gather, nccl_allreduce, nccl_reduce_scatter,
 )
 from simcomm.buffers import SizeOnly
-from simcomm.results import LinkStats, SimResult
+from simcomm.results import SimResult, link_stats
 from simcomm.topology import Topology
 from simcomm.tuning import ModelTuner
 from simcomm.units import format_bytes
@@ -112,14 +112,13 @@ class _Hops:
         # Routes as rows of link indices, padded with -1: a link of no latency, no gap and
         # infinite bandwidth (the last entry of the arrays below).
         self.route = topology.route_matrix(np.arange(p), peers)
-        used = np.unique(self.route[self.route >= 0])
+        uses = np.bincount(self.route[self.route >= 0], minlength=len(links) + 1)
         self.latency_of, self.bandwidth_of, self.gap_of = (
             np.zeros(len(links) + 1), np.full(len(links) + 1, np.inf), np.zeros(len(links) + 1))
-        for i in used.tolist():
+        for i in np.flatnonzero(uses).tolist():
             link = links[i]
             self.latency_of[i], self.bandwidth_of[i], self.gap_of[i] = (
                 link.latency, link.bandwidth, link.gap)
-        uses = np.bincount(self.route[self.route >= 0], minlength=len(links) + 1)
         uses[-1] = 1
         self.shared = bool((uses[:-1] > 1).any())
         self.latency = self.latency_of[self.route].sum(axis=1)
@@ -675,17 +674,16 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
     ``collective_cost`` (NCCL-class choices made by ``tuner``, the model's by default), no
     data (``results`` are None) and no op trace."""
     model = _model(algorithm)
-    shapes = {(len(buf), np.dtype(buf.dtype)) for buf in inputs}
     if any(not isinstance(buf, SizeOnly) for buf in inputs):
         raise ValueError(_NO_DATA)
+    shapes = {(buf.count, buf.dtype) for buf in inputs}
     if len(shapes) != 1:
         raise ValueError(f"the collective level needs one buffer length and dtype on every "
                          f"rank, got {len(shapes)} different ones")
     (count, dtype), = shapes
     cost = model.cost(Machine(topology, tuner), count, dtype.itemsize, **params)
-    links = [] if cost.link_bytes is None or cost.link_busy is None else [
-        LinkStats(link, int(cost.link_bytes[i]), float(cost.link_busy[i]))
-        for i, link in enumerate(topology.links)]
+    links = [] if cost.link_bytes is None or cost.link_busy is None else link_stats(
+        topology.links, cost.link_bytes.astype(np.int64).tolist(), cost.link_busy.tolist())
     return SimResult([None] * topology.size, cost.time, cost.finish_times.tolist(), links, [],
                      cost.messages, level="collective", exact=cost.exact)
 

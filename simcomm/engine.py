@@ -73,7 +73,7 @@ from algorithms import reference
 from simcomm.buffers import SizeOnly
 from simcomm.chrome_trace import write_chrome_trace
 from simcomm.collective_level import choose_level, run_collective_level
-from simcomm.results import Hop, LinkStats, SimResult, TraceEvent
+from simcomm.results import Hop, SimResult, TraceEvent, link_stats
 from simcomm.topology import WIRE_EFFICIENCY, Topology, check_ranks
 from simcomm.tuning import ModelTuner
 from simcomm.variation import Variation
@@ -806,7 +806,8 @@ def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off for the block, as it was after. A run makes no
     reference cycle per message (see ``_Handle``), so refcounting frees what it drops; but
     the collector, woken every few hundred allocations, walked the growing trace again and
-    again: a fifth to a third of a run with the trace on."""
+    again (a fifth to a third of a run with the trace on), or a large cluster's links (half
+    of a collective-level run on 131,072 GPUs)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -861,7 +862,8 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
             raise ValueError(f"{', '.join(given)}: message-level options, but level is "
                              "collective")
         check_ranks(topology, inputs)
-        return run_collective_level(algorithm, inputs, topology, tuner, **params)
+        with _collector_paused():
+            return run_collective_level(algorithm, inputs, topology, tuner, **params)
     if trace is not None and not record:
         raise ValueError("trace= writes the op trace, so it needs record=True")
     if jitter is not None and not isinstance(jitter, Jitter):
@@ -916,8 +918,9 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
         sim.env.run(until=None if max_time is None else _ticks(max_time))
     limit = math.inf if max_time is None else max_time
     sim.check_finished(limit)
-    links = [LinkStats(link, sim.link_bytes[i], sim.link_busy[i] / TICKS_PER_SECOND)
-             for i, link in enumerate(topology.links)]
+    wires = len(topology.links)  # the channels' pipes come after them
+    links = link_stats(topology.links, sim.link_bytes[:wires],
+                       [busy / TICKS_PER_SECOND for busy in sim.link_busy[:wires]])
     result = SimResult(sim.results, max(sim.finish_times), sim.finish_times, links, sim.trace,
                        sim.messages, sim.hops, sim.launches)
     if trace is not None:

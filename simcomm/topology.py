@@ -255,15 +255,18 @@ class Topology:
             return ()
         outgoing, incoming = self._links_by_node()
         links = self.links
-        direct = [(-links[i].bandwidth, i) for i in outgoing.get(start, ())
-                  if links[i].dst == goal]
-        if direct:
-            return (min(direct)[1],)
+        # Labels (-bandwidth, index) order the candidates: the fattest, then link order.
+        direct = None
         into: dict[str, tuple[float, int]] = {}  # middle node -> its best link from start
         for i in outgoing.get(start, ()):
-            middle, label = links[i].dst, (-links[i].bandwidth, i)
-            if middle not in into or label < into[middle]:
-                into[middle] = label
+            link = links[i]
+            label = (-link.bandwidth, i)
+            if link.dst == goal:
+                direct = label if direct is None or label < direct else direct
+            elif link.dst not in into or label < into[link.dst]:
+                into[link.dst] = label
+        if direct is not None:
+            return (direct[1],)
         best = None
         for j in incoming.get(goal, ()):
             first = into.get(links[j].src)
