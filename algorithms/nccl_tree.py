@@ -144,7 +144,7 @@ def tree_position(comm: Comm, channel: int, tree: int) -> tuple[int, list[int], 
     def rank(of_node: int, step: int) -> int:  # the rank ``step`` links down a node's chain
         return of_node * per_node + (channel + step) % per_node
 
-    depth = position + _node_depth(nodes, node, tree)
+    depth = position + node_depth(nodes, node, tree)
     children = [rank(node, position + 1)] if position + 1 < per_node else []
     if position > 0:
         return rank(node, position - 1), children, depth
@@ -160,10 +160,10 @@ def tree_parents(size: int, ranks_per_node: int, channel: int, tree: int
     of thousands of ranks)."""
     nodes = size // ranks_per_node
     node_parent = np.array([double_binary_tree(nodes, n)[tree][0] for n in range(nodes)])
-    node_depth = np.zeros(nodes, dtype=np.int64)
+    level = np.zeros(nodes, dtype=np.int64)
     above = node_parent.copy()
     while (above != -1).any():  # one level up per pass, for every node at once
-        node_depth += above != -1
+        level += above != -1
         above = np.where(above != -1, node_parent[np.maximum(above, 0)], -1)
     node, local = np.divmod(np.arange(size), ranks_per_node)
     position = (local - channel) % ranks_per_node  # along the node's chain; the head is 0
@@ -171,10 +171,12 @@ def tree_parents(size: int, ranks_per_node: int, channel: int, tree: int
     head_parent = np.where(node_parent[node] != -1,
                            node_parent[node] * ranks_per_node + channel % ranks_per_node, -1)
     parents = np.where(position > 0, up_the_chain, head_parent)
-    return parents, position + node_depth[node]
+    return parents, position + level[node]
 
 
-def _node_depth(nodes: int, node: int, tree: int) -> int:
+def node_depth(nodes: int, node: int, tree: int) -> int:
+    """How many levels ``node`` lies below the root of ``tree`` (0 or 1) of the double
+    binary tree over ``nodes`` nodes."""
     depth = 0
     while (node := double_binary_tree(nodes, node)[tree][0]) != -1:
         depth += 1

@@ -15,15 +15,24 @@ algorithm is correct on any machine, only not fast.
 The buffer is cut into one part per channel, and each part into chunks that are pipelined:
 a chunk's all-gather overlaps the next chunk's reduce-scatter, so both directions of every
 link are busy at once.
+
+Across nodes NCCL runs NVLS-tree (``NCCL_ALGO_NVLS_TREE``, the same file): in each node
+the switch sums every GPU's slice over the node, as above; each GPU then all-reduces its
+slice with the GPUs of the same local rank in the other nodes, up and down a tree of the
+nodes (NCCL's double binary tree, ``algorithms.nccl_tree``), over its own NIC; and the
+switch multicasts the result in the node. The three stages run at once on successive
+chunks.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from algorithms.buffers import split_even
 from algorithms.collectives import Schedule
+from algorithms.nccl_tree import double_binary_tree, node_depth
 from algorithms.ops import (
     AVG, SUM, Comm, Divide, Join, Launch, Multicast, Protocol, Recv, RecvReduce, ReduceOp,
     Send, Spawn, Wait,
@@ -57,27 +66,67 @@ def nvls_chunk_bytes(nbytes: int, channels: int, size: int) -> int:
     return chunk
 
 
+def nvls_tree_chunk_bytes(nbytes: int, channels: int, ranks_per_node: int, nodes: int) -> int:
+    """NCCL's NVLS-tree chunk per rank and step: 128 KiB, 64 KiB from 4 nodes on, halved
+    down to 32 KiB for buffers too small to keep every channel's pipeline full
+    (``calcCollChunking``, NVIDIA/nccl v2.26.2 src/enqueue.cc)."""
+    concurrent = channels * ranks_per_node
+    chunk = NVLS_CHUNK_BYTES if nodes < 4 else 64 * 1024
+    for depth, smaller in ((4, 64 * 1024), (1, 32 * 1024)):
+        if nbytes < depth * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
 def nvls_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = NVLS_CHANNELS,
                    chunk_bytes: int = 0) -> Schedule:
     """All-reduce in the switch (see the module doc): ``channels`` parts of ``x`` at once,
     each pipelined in chunks of up to ``chunk_bytes`` per rank (0: NCCL's,
     ``nvls_chunk_bytes``). Returns ``x``, reduced over all ranks."""
+    _check(channels, chunk_bytes)
+    chunk_bytes = chunk_bytes or nvls_chunk_bytes(x.nbytes, channels, comm.size)
+    yield Launch(Protocol.SIMPLE, "nvls", channels)
+    yield from _on_channels(comm, x, op, channels,
+                            lambda channel, part: _pipeline(comm, part, op, chunk_bytes))
+    return x
+
+
+def nvls_tree_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM,
+                        channels: int = NVLS_CHANNELS, chunk_bytes: int = 0) -> Schedule:
+    """All-reduce across nodes as NCCL's NVLS-tree runs it (see the module doc):
+    ``channels`` parts of ``x`` at once, half of them on each tree of the double binary
+    tree, each pipelined in chunks of up to ``chunk_bytes`` per rank (0: NCCL's,
+    ``nvls_tree_chunk_bytes``). Returns ``x``, reduced over all ranks."""
+    _check(channels, chunk_bytes)
+    per_node = comm.ranks_per_node
+    chunk_bytes = chunk_bytes or nvls_tree_chunk_bytes(x.nbytes, channels, per_node,
+                                                       comm.size // per_node)
+    yield Launch(Protocol.SIMPLE, "nvls_tree", channels)
+    yield from _on_channels(comm, x, op, channels, lambda channel, part: _tree_pipeline(
+        comm, part, op, chunk_bytes, 2 * channel // channels))
+    return x
+
+
+def _check(channels: int, chunk_bytes: int) -> None:
     if type(channels) is not int or channels < 1:
         raise ValueError(f"channels must be an int >= 1, got {channels!r}")
     if type(chunk_bytes) is not int or chunk_bytes < 0:
         raise ValueError(f"chunk_bytes must be an int >= 0 (0: NCCL's), got {chunk_bytes!r}")
-    chunk_bytes = chunk_bytes or nvls_chunk_bytes(x.nbytes, channels, comm.size)
-    yield Launch(Protocol.SIMPLE, "nvls", channels)
+
+
+def _on_channels(comm: Comm, x: Any, op: ReduceOp, channels: int,
+                 pipeline: Callable[[int, Any], Schedule]) -> Schedule:
+    # One part of x per channel, all at once; an average travels as a sum, divided once.
     if comm.size == 1:
-        return x
+        return
     tasks = []
-    for channel, part in zip(nvls_channels(channels), split_even(x, channels)):
-        tasks.append((yield Spawn(_pipeline(comm, part, op, chunk_bytes), channel)))
+    parts = split_even(x, channels)
+    for channel, name in enumerate(nvls_channels(channels)):
+        tasks.append((yield Spawn(pipeline(channel, parts[channel]), name)))
     for task in tasks:
         yield Join(task)
     if op is AVG:
         yield Divide(x, comm.size)
-    return x
 
 
 def pipeline_chunks(bytes_per_rank: float, chunk_bytes: int) -> int:
@@ -90,31 +139,81 @@ def _pipeline(comm: Comm, part: Any, op: ReduceOp, chunk_bytes: int) -> Schedule
     # No more chunks than a rank's slice has elements.
     chunks = min(pipeline_chunks(part.nbytes / comm.size, chunk_bytes),
                  len(part) // comm.size or 1)
+    world = list(range(comm.size))
     gathering: tuple[Any, ...] = ()
     for chunk in split_even(part, chunks):
-        yield from _reduce_scatter(comm, chunk, op)
-        handles = yield from _post_all_gather(comm, chunk)
+        yield from _reduce_scatter(world, comm.rank, chunk, op)
+        handles = yield from _post_all_gather(world, comm.rank, chunk)
         if gathering:  # the previous chunk's all-gather ran beside this reduce-scatter
             yield Wait(*gathering)
         gathering = handles
     yield Wait(*gathering)
 
 
-def _reduce_scatter(comm: Comm, chunk: Any, op: ReduceOp) -> Schedule:
-    # Slice r of every rank's chunk, summed in the switch, lands on rank r.
-    slices, me = split_even(chunk, comm.size), comm.rank
-    others = tuple(r for r in range(comm.size) if r != me)
+def _tree_pipeline(comm: Comm, part: Any, op: ReduceOp, chunk_bytes: int, tree: int
+                   ) -> Schedule:
+    # Step s sums chunk s in the node and sends this rank's slice of it up the tree; then
+    # takes chunk s - lag's slice from the parent, passes it down and multicasts it in the
+    # node. ``lag`` chunks go up while one makes its round trip to the root.
+    per_node = comm.ranks_per_node
+    nodes, (node, local) = comm.size // per_node, divmod(comm.rank, per_node)
+    group = [node * per_node + j for j in range(per_node)]
+    parent_node, child_nodes = double_binary_tree(nodes, node)[tree]
+    parent = parent_node * per_node + local if parent_node != -1 else -1
+    children = [child * per_node + local for child in child_nodes if child != -1]
+    lag = 2 * node_depth(nodes, node, tree)
+    fold = SUM if op is AVG else op
+    count = min(pipeline_chunks(part.nbytes / per_node, chunk_bytes), len(part) // per_node or 1)
+    chunks = split_even(part, count)
+    mine = [split_even(chunk, per_node)[local] for chunk in chunks]
+    ups: dict[int, Any] = {}  # chunk -> its slice's send up, waited before the result lands
+    downs: list[Any] = []  # sends down, waited at the end: nothing writes their slices again
+    gathering: tuple[Any, ...] = ()
+    for step in range(count + lag):
+        if step < count:
+            if per_node > 1:
+                yield from _reduce_scatter(group, local, chunks[step], fold)
+            received = []
+            for child in children:
+                received.append((yield Recv(child, mine[step], fold, f"nvls tree up {step}")))
+            if received:
+                yield Wait(*received)
+            if parent != -1:
+                ups[step] = yield Send(parent, mine[step], f"nvls tree up {step}")
+        if step >= lag:
+            k = step - lag
+            if parent != -1:
+                result = yield Recv(parent, mine[k], label=f"nvls tree down {k}")
+                yield Wait(result, ups.pop(k))
+            for child in children:
+                downs.append((yield Send(child, mine[k], f"nvls tree down {k}")))
+            if per_node > 1:
+                handles = yield from _post_all_gather(group, local, chunks[k])
+                if gathering:
+                    yield Wait(*gathering)
+                gathering = handles
+    if downs or gathering:
+        yield Wait(*downs, *gathering)
+
+
+def _reduce_scatter(group: list[int], me: int, chunk: Any, op: ReduceOp) -> Schedule:
+    # Slice i of every member's chunk, summed in the switch, lands on member i (``me`` is
+    # this rank's place in ``group``).
+    slices = split_even(chunk, len(group))
     sends = []
-    for r in others:
-        sends.append((yield Send(r, slices[r], "nvls reduce-scatter", in_switch=True)))
+    for i, rank in enumerate(group):
+        if i != me:
+            sends.append((yield Send(rank, slices[i], "nvls reduce-scatter", in_switch=True)))
+    others = tuple(rank for i, rank in enumerate(group) if i != me)
     sums = yield RecvReduce(others, slices[me], SUM if op is AVG else op, "nvls reduce-scatter")
     yield Wait(*sends, *sums)
 
 
-def _post_all_gather(comm: Comm, chunk: Any) -> Schedule:
-    slices, me = split_even(chunk, comm.size), comm.rank
-    others = tuple(r for r in range(comm.size) if r != me)
+def _post_all_gather(group: list[int], me: int, chunk: Any) -> Schedule:
+    slices = split_even(chunk, len(group))
+    others = tuple(rank for i, rank in enumerate(group) if i != me)
     handles = yield Multicast(others, slices[me], "nvls all-gather")
-    for r in others:
-        handles += ((yield Recv(r, slices[r], label="nvls all-gather")),)
+    for i, rank in enumerate(group):
+        if i != me:
+            handles += ((yield Recv(rank, slices[i], label="nvls all-gather")),)
     return handles

@@ -20,10 +20,11 @@ from algorithms.nccl import (
     nccl_ring_reduce_scatter,
 )
 from algorithms.nccl_tree import nccl_tree_allreduce
-from algorithms.nvls import NVLS_CHANNELS, nvls_allreduce
+from algorithms.nvls import NVLS_CHANNELS, nvls_allreduce, nvls_tree_allreduce
 from algorithms.ops import SUM, Choice, Comm, Protocol, ReduceOp
 
-ALLREDUCE_ALGORITHMS = ("ring", "tree", "hierarchical", "nvls")
+ALLREDUCE_ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "nvls_tree")
+IN_SWITCH = ("nvls", "nvls_tree")  # Simple only, as in NCCL
 AUTO = "auto"
 
 
@@ -48,19 +49,22 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
 
 def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO,
                    protocol: str = AUTO, channels: int = 0) -> Schedule:
-    """All-reduce as NCCL chooses to run it: ring, tree, hierarchical or NVLS (in the
-    switch, Simple only), in a protocol, on a number of channels, from ``Comm.tuner`` (see
-    the module doc) or forced. Returns ``x``, reduced over all ranks."""
+    """All-reduce as NCCL chooses to run it: ring, tree, hierarchical, NVLS or NVLS-tree (in
+    the switch, Simple only), in a protocol, on a number of channels, from ``Comm.tuner``
+    (see the module doc) or forced. Returns ``x``, reduced over all ranks."""
     choice = choose(comm, "allreduce", x.nbytes, algorithm, protocol, channels,
                     ALLREDUCE_ALGORITHMS)
-    if choice.algorithm == "nvls" and choice.protocol is not Protocol.SIMPLE:
+    if choice.algorithm in IN_SWITCH and choice.protocol is not Protocol.SIMPLE:
         if protocol != AUTO:
-            raise ValueError(f"nvls runs under the simple protocol only, not {protocol!r}")
-        choice = Choice("nvls", Protocol.SIMPLE, choice.channels)
+            raise ValueError(f"{choice.algorithm} runs under the simple protocol only, not "
+                             f"{protocol!r}")
+        choice = Choice(choice.algorithm, Protocol.SIMPLE, choice.channels)
     if len(x) == 0:
         return x
     if choice.algorithm == "nvls":
         yield from nvls_allreduce(comm, x, op, choice.channels or NVLS_CHANNELS)
+    elif choice.algorithm == "nvls_tree":
+        yield from nvls_tree_allreduce(comm, x, op, choice.channels or NVLS_CHANNELS)
     elif choice.algorithm == "hierarchical":
         yield from hierarchical_allreduce(comm, x, op, choice.protocol)
     elif choice.algorithm == "tree":

@@ -46,10 +46,14 @@ from algorithms.nccl import (
     nccl_ring_reduce_scatter, ring_slices,
 )
 from algorithms.nccl_tree import TREE_CHUNK_BYTES, nccl_tree_allreduce
-from algorithms.nvls import NVLS_CHANNELS, nvls_allreduce, nvls_chunk_bytes, pipeline_chunks
+from algorithms.nvls import (
+    NVLS_CHANNELS, nvls_allreduce, nvls_chunk_bytes, nvls_tree_allreduce, nvls_tree_chunk_bytes,
+    pipeline_chunks,
+)
 from algorithms.ops import AVG, SUM, Choice, Comm, Protocol, ReduceOp, Sleep, Tuner
 from algorithms.tuned import (
-    ALLREDUCE_ALGORITHMS, AUTO, choose, nccl_all_gather, nccl_allreduce, nccl_reduce_scatter,
+    ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, choose, nccl_all_gather, nccl_allreduce,
+    nccl_reduce_scatter,
 )
 from simcomm.buffers import SizeOnly
 from simcomm.results import SimResult, link_stats
@@ -425,8 +429,8 @@ def _tuned_cost(machine: Machine, collective: str, count: int, itemsize: int,
     comm = Comm(0, topology.size, topology.local_size, machine.tuner)
     choice = choose(comm, collective, count * itemsize, algorithm, protocol, channels,
                     algorithms)
-    if choice.algorithm == "nvls":
-        choice = Choice("nvls", Protocol.SIMPLE, choice.channels or NVLS_CHANNELS)
+    if choice.algorithm in IN_SWITCH:
+        choice = Choice(choice.algorithm, Protocol.SIMPLE, choice.channels or NVLS_CHANNELS)
     if count == 0:  # NCCL drops an empty collective before it launches
         return CollectiveCost(np.zeros(topology.size), 0, None, None, None, False)
     return _estimated(machine, collective, choice, count, itemsize)
@@ -445,6 +449,9 @@ def _estimated(machine: Machine, collective: str, choice: Choice, count: int, it
         choice = Choice(choice.algorithm, choice.protocol, comm.ranks_per_node)
     if choice.algorithm == "nvls" and not estimator.has_nvls():
         raise ValueError("nvls at the collective level needs one node whose switch reduces "
+                         "(Topology.reducing_switches): run it at the message level")
+    if choice.algorithm == "nvls_tree" and not topology.reducing_switches:
+        raise ValueError("nvls_tree at the collective level needs switches that reduce "
                          "(Topology.reducing_switches): run it at the message level")
     seconds = estimator.estimate(collective, choice, count * itemsize)
     messages = _tuned_messages(collective, choice, count, itemsize, comm)
@@ -510,6 +517,15 @@ def _hierarchical_allreduce_cost(machine: Machine, count: int, itemsize: int,
     return _estimated(machine, "allreduce", choice, count, itemsize)
 
 
+def _nvls_tree_allreduce_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
+                              channels: int = NVLS_CHANNELS, chunk_bytes: int = 0
+                              ) -> CollectiveCost:
+    if type(channels) is not int or channels < 1:
+        raise ValueError(f"channels must be an int >= 1, got {channels!r}")
+    return _forced("allreduce", "nvls_tree")(machine, count, itemsize, channels=channels,
+                                             chunk_bytes=chunk_bytes)
+
+
 def _nccl_allreduce_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
                          algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0
                          ) -> CollectiveCost:
@@ -537,6 +553,14 @@ def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, 
     p = comm.size
     if p == 1:
         return 0
+    if choice.algorithm == "nvls_tree":  # per chunk: in the switch both ways, rails' trees
+        per_node = comm.ranks_per_node
+        nodes = p // per_node
+        chunk = nvls_tree_chunk_bytes(count * itemsize, choice.channels, per_node, nodes)
+        per_chunk = 2 * p * (per_node - 1) + 2 * per_node * (nodes - 1)
+        return sum(per_chunk * min(pipeline_chunks(part * itemsize / per_node, chunk),
+                                   part // per_node or 1)
+                   for part in _parts(count, choice.channels))
     if choice.algorithm == "hierarchical":
         per_node = comm.ranks_per_node
         nodes = p // per_node
@@ -601,6 +625,8 @@ MODELS: dict[Callable[..., Any], _Model] = {
     reduce_broadcast_allreduce: _Model(_reduce_broadcast_cost, lambda p: 2 * (p - 1),
                                        supports=_tree_only),
     nvls_allreduce: _Model(_nvls_allreduce_cost, lambda p: 2 * p * (p - 1)),
+    # A tree's 2 (p - 1) messages at least (one GPU a node).
+    nvls_tree_allreduce: _Model(_nvls_tree_allreduce_cost, lambda p: 2 * (p - 1)),
     # Rings of L ranks in nodes and of N = p / L along rails: 2p(L + N - 2) messages at
     # least, and L + N >= 2 sqrt(p).
     hierarchical_allreduce: _Model(_hierarchical_allreduce_cost,

@@ -264,7 +264,8 @@ def test_the_commands_say_which_level_ran(capsys) -> None:
     ("nccl_allreduce", {"algorithm": "ring", "protocol": "ll128", "channels": 3}, 0.10),
     ("nccl_reduce_scatter", {"op": AVG}, 0.10), ("nccl_all_gather", {}, 0.10),
     ("nccl_allreduce", {"algorithm": "hierarchical", "protocol": "ll"}, 0.10),
-    ("hierarchical_allreduce", {"op": AVG}, 0.10)])
+    ("hierarchical_allreduce", {"op": AVG}, 0.10),
+    ("nccl_allreduce", {"algorithm": "nvls_tree"}, 0.25), ("nvls_tree_allreduce", {}, 0.25)])
 def test_nccl_class_collectives_are_estimated_near_the_message_level(
         spec, algorithm, params, tolerance) -> None:
     import algorithms.tuned

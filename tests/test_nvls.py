@@ -1,6 +1,7 @@
 """NVLS: reduction and multicast in the switch (``Multicast``, ``RecvReduce``,
-``Send(in_switch=True)``), ``nvls_allreduce`` on both transports, its cost where a switch
-reduces and where none does, and the checks on ops, topologies and topology files."""
+``Send(in_switch=True)``), ``nvls_allreduce`` on both transports and NVLS-tree across nodes,
+their cost where a switch reduces and where none does, and the checks on ops, topologies and
+topology files."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import torch.distributed as dist
 from algorithms import (
     AVG, MAX, SUM, Multicast, Recv, RecvReduce, Send, Wait, nccl_allreduce,
 )
-from algorithms.nvls import nvls_allreduce, nvls_channels, nvls_chunk_bytes
+from algorithms.nvls import (
+    nvls_allreduce, nvls_channels, nvls_chunk_bytes, nvls_tree_allreduce, nvls_tree_chunk_bytes,
+)
 from algorithms.protocol import ProtocolError
 from realcomm import Driver, spawn
 from simcomm import SizeOnly, hierarchical, simulate, switch
@@ -197,3 +200,48 @@ def test_over_gloo_it_matches_torch_and_the_simulator() -> None:
         for rank in range(RANKS):
             ours, native = real[rank][index]
             assert ours == native == simulated[rank].tolist(), (op, rank)
+
+
+# -- NVLS-tree: the switch within nodes, a tree of the nodes along every rail -----------------
+
+@pytest.mark.parametrize("topology", [
+    make_preset("cluster-h100:nodes=2"), make_preset("cluster-h100:nodes=3"),
+    replace(hierarchical(3, 2, BANDWIDTH, LATENCY, 1e9, 1e-5),
+            reducing_switches=("node0.switch", "node1.switch", "node2.switch")),
+    hierarchical(5, 1, BANDWIDTH, LATENCY, 1e9, 1e-5), hierarchical(2, 3, BANDWIDTH, LATENCY,
+                                                                   1e9, 1e-5),
+], ids=["2-h100-nodes", "3-h100-nodes", "3-nodes-of-2", "5-nodes-of-1", "no-reducing-switch"])
+@pytest.mark.parametrize("op", [SUM, MAX, AVG])
+def test_nvls_tree_results_equal_the_reference_wherever_it_runs(topology, op) -> None:
+    rng = np.random.default_rng(2)
+    data = [rng.integers(-5, 6, 53).astype(np.float64) for _ in range(topology.size)]
+    result = simulate(nvls_tree_allreduce, data, topology, op=op, channels=3, chunk_bytes=48)
+    want = {SUM: np.sum, MAX: np.max, AVG: np.mean}[op](data, axis=0)
+    for got in result.results:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_nvls_tree_sends_each_gpus_slice_once_each_way_over_its_nic() -> None:
+    # Two nodes of eight: the switch carries the buffer and a slice each way over every
+    # GPU's NVLink, as on one node; each GPU's NIC carries only its eighth of the buffer
+    # each way (each tree's one edge, half the buffer on each tree), where a ring's NIC
+    # carries a quarter of it.
+    topology, nbytes = make_preset("cluster-h100:nodes=2"), 2**24
+    result = simulate(nvls_tree_allreduce, [SizeOnly(nbytes // 4, np.float32)] * 16, topology)
+    for stats in result.links:
+        ends = (stats.link.src, stats.link.dst)
+        if "net" in ends:
+            assert stats.bytes == nbytes // 8, ends
+        elif any(end.endswith("switch") for end in ends):
+            assert stats.bytes == nbytes * 9 // 8, ends
+    ring = simulate(nccl_allreduce, [SizeOnly(nbytes // 4, np.float32)] * 16, topology,
+                    algorithm="ring", protocol="simple")
+    assert result.time < ring.time
+
+
+def test_nvls_tree_chunks_follow_nccls_sizes() -> None:
+    # 128 KiB a step on fewer than 4 nodes, 64 KiB from 4 on; halved for small buffers.
+    assert nvls_tree_chunk_bytes(2**30, 16, 8, 2) == 128 * 1024
+    assert nvls_tree_chunk_bytes(2**30, 16, 8, 4) == 64 * 1024
+    assert nvls_tree_chunk_bytes(32 * 2**20, 16, 8, 2) == 64 * 1024  # < 4 x 128 x 128 KiB
+    assert nvls_tree_chunk_bytes(4 * 2**20, 16, 8, 2) == 32 * 1024  # < 128 x 64 KiB

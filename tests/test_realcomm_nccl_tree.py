@@ -1,4 +1,4 @@
-"""The tree and hierarchical all-reduces over gloo, with ranks grouped into nodes: four
+"""The tree, hierarchical and NVLS-tree all-reduces over gloo, with ranks grouped into nodes: four
 processes as two nodes of two and as four nodes of one get torch's all-reduce and the
 simulator's results, bit for bit (the inputs are small integers, so any order of reduction
 gives the same sums)."""
@@ -10,7 +10,8 @@ import torch
 import torch.distributed as dist
 
 from algorithms import (
-    AVG, MAX, SUM, hierarchical_allreduce, nccl_tree_allreduce, tree_channels,
+    AVG, MAX, SUM, hierarchical_allreduce, nccl_tree_allreduce, nvls_channels,
+    nvls_tree_allreduce, tree_channels,
 )
 from realcomm import Driver, spawn
 from simcomm import hierarchical, simulate
@@ -22,6 +23,7 @@ CASES = [(algorithm, params) for op in (SUM, MAX, AVG) for algorithm, params in 
     (nccl_tree_allreduce, {"op": op}),
     (nccl_tree_allreduce, {"op": op, "channels": 2, "chunk_bytes": 24}),
     (hierarchical_allreduce, {"op": op}),
+    (nvls_tree_allreduce, {"op": op, "channels": 2, "chunk_bytes": 24}),
 )]
 TORCH_OPS = {SUM: dist.ReduceOp.SUM, MAX: dist.ReduceOp.MAX, AVG: dist.ReduceOp.AVG}
 
@@ -35,7 +37,7 @@ def _run_on_nodes(data: list[np.ndarray]) -> list[tuple[list[float], list[float]
     """(ours, torch's) for every local size and case, on this rank."""
     rank, replies = dist.get_rank(), []
     for local_size in LOCAL_SIZES:
-        driver = Driver(range(RANKS), channels=tree_channels(2), timeout=60.0,
+        driver = Driver(range(RANKS), channels=tree_channels(2) + nvls_channels(2), timeout=60.0,
                         local_size=local_size)
         for algorithm, params in CASES:
             ours = driver.run(algorithm, torch.from_numpy(data[rank].copy()), **params)

@@ -87,6 +87,7 @@ COLLECTIVES: MappingProxyType[str, Collective] = MappingProxyType({
         _builtin("nccl_tree_allreduce", nccl_tree.nccl_tree_allreduce, "allreduce"),
         _builtin("hierarchical_allreduce", nccl.hierarchical_allreduce, "allreduce"),
         _builtin("nvls_allreduce", nvls.nvls_allreduce, "allreduce"),
+        _builtin("nvls_tree_allreduce", nvls.nvls_tree_allreduce, "allreduce"),
         _builtin("nccl_allreduce", tuned.nccl_allreduce, "allreduce"),
         _builtin("nccl_reduce_scatter", tuned.nccl_reduce_scatter, "reducescatter"),
         _builtin("nccl_all_gather", tuned.nccl_all_gather, "allgather"),
