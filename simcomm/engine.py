@@ -25,9 +25,10 @@ Cost model (alpha-beta with contention):
 * Where the topology limits what a GPU's kernels move (``Topology.injection_bandwidth``,
   and under LL ``Topology.ll_bandwidth``), a message first crosses its channel's pipe on
   its sender: a link with no latency and an even share of that rate among the channels of
-  the rank's latest ``Launch``. NCCL runs each channel on its own SMs, side by side, so a
-  channel's steps pay their latency and their bytes one after the other, and the channels
-  together reach the GPU's rate.
+  the rank's latest ``Launch`` (under LL128 at most ``Topology.ll128_channel_bandwidth``).
+  NCCL runs each channel on its own SMs, side by side, so a channel's steps pay their
+  latency and their bytes one after the other, and the channels together reach the GPU's
+  rate.
 * In a switch that reduces and multicasts (``Topology.reducing_switches``, NVLink SHARP), a
   ``Multicast`` crosses the links up to the switch once, then a copy goes on to every peer
   and one back to the sender; a ``RecvReduce`` pulls its contributions (``Send`` with
@@ -222,7 +223,12 @@ class _Simulation(Interpreter):
         self.pipe_rate = {protocol: min(topology.injection_bandwidth, topology.ll_bandwidth)
                           if protocol is Protocol.LL else topology.injection_bandwidth
                           for protocol in Protocol}
-        self.piped = any(math.isfinite(rate) for rate in self.pipe_rate.values())
+        # What one channel moves per second at most, whatever its share of the GPU's rate.
+        self.channel_rate = {protocol: topology.ll128_channel_bandwidth
+                             if protocol is Protocol.LL128 else math.inf
+                             for protocol in Protocol}
+        self.piped = any(math.isfinite(rate) for rate in (*self.pipe_rate.values(),
+                                                          *self.channel_rate.values()))
         self.share = [1] * self.size  # channels of each rank's latest Launch
         self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
         self.pipes: dict[tuple[int, Hashable], int] = {}
@@ -354,7 +360,7 @@ class _Simulation(Interpreter):
         key = (src, dst, channel, share, protocol)
         piped = self.piped_routes.get(key)
         if piped is None:
-            rate = self.pipe_rate[protocol]
+            rate = min(self.pipe_rate[protocol] / share, self.channel_rate[protocol])
             if math.isinf(rate):
                 piped = route
             else:
@@ -363,7 +369,7 @@ class _Simulation(Interpreter):
                     pipe = self.pipes[src, channel] = len(self.link_free)
                     for per_link in (self.link_free, self.link_bytes, self.link_busy):
                         per_link.append(0)
-                piped = ((pipe, TICKS_PER_SECOND * share / rate, 0, 0), *route)
+                piped = ((pipe, TICKS_PER_SECOND / rate, 0, 0), *route)
             self.piped_routes[key] = piped
         return piped
 

@@ -78,6 +78,10 @@ NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US)
 A100_LL_BANDWIDTH = 87.7 * GB
 H100_LL_BANDWIDTH = 141.0 * GB
 INTEL_HOSTS_LL_BANDWIDTH = {2: 39.0 * GB, 3: 20.4 * GB}  # nodes (3: three or more) -> rate
+# What one channel moves per second under LL128 at most, NCCL's perChMaxRingLL128Bws (same
+# file and version), by GPU generation, on any number of nodes.
+A100_LL128_CHANNEL_BANDWIDTH = 20.0 * GB
+H100_LL128_CHANNEL_BANDWIDTH = 36.7 * GB
 # NVLink SHARP (NVLS): H100's NVSwitches reduce and multicast. NCCL's cost model gives the
 # NVLS all-reduce 5/6 of the links' bandwidth and a latency of 25 us over NVLink, its whole
 # cost with no base latency (the NVLS ratio and hwLat, NVIDIA/nccl v2.26.2
@@ -135,14 +139,14 @@ def _positive_int(name: str, value: int) -> int:
 def dgx_a100(gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX A100 (640 GB): 8 A100 80GB SXM4 on NVSwitch, or the first ``gpus`` of them."""
     return _dgx("dgx-a100", gpus, A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM,
-                A100_LL_BANDWIDTH)
+                A100_LL_BANDWIDTH, A100_LL128_CHANNEL_BANDWIDTH)
 
 
 def dgx_h100(gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX H100: 8 H100 SXM5 on NVSwitch, or the first ``gpus`` of them; the NVSwitch
     reduces and multicasts (NVLS)."""
     return with_nvls(_dgx("dgx-h100", gpus, H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
-                          H100_LL_BANDWIDTH))
+                          H100_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH))
 
 
 def with_injection(topology: Topology) -> Topology:
@@ -162,7 +166,8 @@ def with_nvls(topology: Topology) -> Topology:
                    switch_latency=NVLS_SWITCH_LATENCY)
 
 
-def _dgx(name: str, gpus: int, nvlink: float, hbm: float, ll_bandwidth: float) -> Topology:
+def _dgx(name: str, gpus: int, nvlink: float, hbm: float, ll_bandwidth: float,
+         ll128_channel_bandwidth: float) -> Topology:
     _positive_int("gpus", gpus)
     if gpus > GPUS_PER_DGX:
         raise ValueError(f"gpus must be at most {GPUS_PER_DGX}, got {gpus}")
@@ -170,7 +175,8 @@ def _dgx(name: str, gpus: int, nvlink: float, hbm: float, ll_bandwidth: float) -
     if gpus != GPUS_PER_DGX:
         name = f"{name}:gpus={gpus}"
     return with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
-                                  ll_bandwidth=ll_bandwidth))
+                                  ll_bandwidth=ll_bandwidth,
+                                  ll128_channel_bandwidth=ll128_channel_bandwidth))
 
 
 def pcie_a100(gpus: int = 8) -> Topology:
@@ -179,7 +185,8 @@ def pcie_a100(gpus: int = 8) -> Topology:
     topo = switch(gpus, PCIE_GEN4_X16_DATA, PCIE_STEP_LATENCY, A100_PCIE_HBM)
     return with_injection(replace(topo, name=f"pcie-a100:gpus={gpus}",
                                   launch_latency=NCCL_LAUNCH_LATENCY,
-                                  ll_bandwidth=A100_LL_BANDWIDTH))
+                                  ll_bandwidth=A100_LL_BANDWIDTH,
+                                  ll128_channel_bandwidth=A100_LL128_CHANNEL_BANDWIDTH))
 
 
 def cluster_h100(nodes: int = 2) -> Topology:
@@ -188,9 +195,10 @@ def cluster_h100(nodes: int = 2) -> Topology:
     topo = hierarchical(nodes, GPUS_PER_DGX, H100_NVLINKS * H100_NVLINK_DATA,
                         NVLINK_STEP_LATENCY, NDR_NIC_DATA, NET_STEP_LATENCY,
                         nic_per_gpu=True, reduce_bandwidth=H100_SXM_HBM)
-    return with_nvls(with_injection(replace(topo, name=f"cluster-h100:nodes={nodes}",
-                                            launch_latency=NCCL_LAUNCH_LATENCY,
-                                            ll_bandwidth=h100_ll_bandwidth(nodes))))
+    return with_nvls(with_injection(replace(
+        topo, name=f"cluster-h100:nodes={nodes}", launch_latency=NCCL_LAUNCH_LATENCY,
+        ll_bandwidth=h100_ll_bandwidth(nodes),
+        ll128_channel_bandwidth=H100_LL128_CHANNEL_BANDWIDTH)))
 
 
 def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: float = 1.0
@@ -231,7 +239,8 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
             f"oversubscription={ratio}")
     return with_nvls(with_injection(Topology(
         name, tuple(names), tuple(links), tuple(gpus), (H100_SXM_HBM,) * len(gpus),
-        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, h100_ll_bandwidth(nodes))))
+        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, h100_ll_bandwidth(nodes),
+        ll128_channel_bandwidth=H100_LL128_CHANNEL_BANDWIDTH)))
 
 
 # -- the registry -----------------------------------------------------------------------------

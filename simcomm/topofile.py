@@ -15,6 +15,8 @@ Two forms. The explicit form lists nodes and links::
                                      # together (optional; default: no limit)
     injection_bandwidth = "418.8GB/s"  # what one GPU's kernels move per second, all
                                      # channels together (optional; default: no limit)
+    ll128_channel_bandwidth = "36.7GB/s"  # what one channel moves per second under LL128
+                                     # (optional; default: no limit)
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
     switch_efficiency = 0.8333       # their share of a link's bandwidth (default 1)
     switch_latency = "4.9us"         # what each in-switch op waits there (default 0)
@@ -92,8 +94,8 @@ class TopologyFileError(ValueError):
 # Top-level keys of the launch latency per protocol, in PerProtocol's field order.
 _LAUNCH_KEYS = ("launch_latency", "launch_latency_ll", "launch_latency_ll128")
 # Keys of what the machine does besides its links, in both forms.
-_MACHINE_KEYS = (*_LAUNCH_KEYS, "ll_bandwidth", "injection_bandwidth", "reducing_switches",
-                 "switch_efficiency",
+_RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth")
+_MACHINE_KEYS = (*_LAUNCH_KEYS, *_RATE_KEYS, "reducing_switches", "switch_efficiency",
                  "switch_latency")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
@@ -264,10 +266,9 @@ def _read_compute_speed(reader: _Reader, table: Any, topology: Topology) -> Topo
 
 def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
     """``Topology`` fields of ``_MACHINE_KEYS``: launch latency, LL bandwidth, switches."""
-    machine: dict[str, Any] = {"launch_latency": _read_launch(reader, data),
-                               "ll_bandwidth": _read_rate(reader, data, "ll_bandwidth"),
-                               "injection_bandwidth": _read_rate(reader, data,
-                                                                 "injection_bandwidth")}
+    machine: dict[str, Any] = {"launch_latency": _read_launch(reader, data)}
+    for key in _RATE_KEYS:
+        machine[key] = _read_rate(reader, data, key)
     if "reducing_switches" in data:
         machine["reducing_switches"] = tuple(reader.names(data["reducing_switches"],
                                                           "reducing_switches"))
@@ -283,8 +284,8 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_rate(reader: _Reader, data: dict[str, Any], key: str) -> float:
-    """A GPU's rate at top level, ``ll_bandwidth`` or ``injection_bandwidth`` (default inf:
-    no limit)."""
+    """A GPU's or a channel's rate at top level, one of ``_RATE_KEYS`` (default inf: no
+    limit)."""
     if key not in data:
         return math.inf
     return reader.bandwidth(data[key], key)
@@ -534,7 +535,7 @@ def dump_topology(topology: Topology) -> str:
         for key, seconds in ((ll_key, launch.ll), (ll128_key, launch.ll128)):
             if seconds != launch.simple:
                 doc[key] = format_latency(seconds)
-    for key in ("ll_bandwidth", "injection_bandwidth"):
+    for key in _RATE_KEYS:
         rate = getattr(topology, key)
         if math.isfinite(rate):
             doc[key] = format_bandwidth(rate)

@@ -108,7 +108,9 @@ class Topology:
     collective costs under each protocol (the ``Launch`` op; NCCL's base latency).
     ``ll_bandwidth`` is the most one GPU sends per second under LL, over all its links and
     channels together: the LL protocol's polling on 8-byte flags, not the wire, is its
-    limit (NCCL's ``llMaxBw``); infinite means none. ``injection_bandwidth`` is what one
+    limit (NCCL's ``llMaxBw``); infinite means none. ``ll128_channel_bandwidth`` is the most
+    one channel moves per second under LL128 (NCCL's ``perChMaxRingLL128Bw``; infinite:
+    none). ``injection_bandwidth`` is what one
     GPU's kernels move per second over all their channels together, each channel of a
     collective an even share (infinite: no limit). ``reducing_switches`` are the switch
     nodes that reduce and multicast in the switch (NVLink SHARP, NVLS: ``Multicast`` and
@@ -128,6 +130,7 @@ class Topology:
     launch_latency: PerProtocol = NO_LAUNCH_LATENCY
     ll_bandwidth: float = math.inf
     injection_bandwidth: float = math.inf
+    ll128_channel_bandwidth: float = math.inf
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
     switch_latency: float = 0.0
@@ -169,10 +172,11 @@ class Topology:
         if not (isinstance(self.ll_bandwidth, (int, float)) and self.ll_bandwidth > 0):
             raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
                              f"(inf: no limit), got {self.ll_bandwidth!r}")
-        if not (isinstance(self.injection_bandwidth, (int, float))
-                and self.injection_bandwidth > 0):
-            raise ValueError(f"topology {self.name!r}: injection_bandwidth must be > 0 "
-                             f"bytes/second (inf: no limit), got {self.injection_bandwidth!r}")
+        for key in ("injection_bandwidth", "ll128_channel_bandwidth"):
+            rate = getattr(self, key)
+            if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0):
+                raise ValueError(f"topology {self.name!r}: {key} must be > 0 bytes/second "
+                                 f"(inf: no limit), got {rate!r}")
         ranked = set(self.ranks)
         for node in self.reducing_switches:
             if node not in known or node in ranked:

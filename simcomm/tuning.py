@@ -14,7 +14,7 @@ model would make:
   deepest leaf's way to the root and back, and its busiest link again bounds it.
 * What a GPU's kernels move (``Topology.injection_bandwidth``, and under LL
   ``Topology.ll_bandwidth``) bounds it as a link does, and each channel's share of it
-  bounds that channel's steps.
+  (under LL128 at most ``Topology.ll128_channel_bandwidth``) bounds that channel's steps.
 * NVLS, on one node whose switch reduces (``Topology.reducing_switches``), moves the buffer
   and one slice of it each way over every GPU's link, at the switch's share of its
   bandwidth, in two in-switch steps; its pipeline's fill adds a slice of a chunk.
@@ -240,7 +240,8 @@ class ModelTuner:
             bandwidth = np.array([link.bandwidth for link in links] + [np.inf])
             crossing = np.bincount(routes[routes >= 0], minlength=len(links) + 1)
             on_link = float((crossing / bandwidth).max()) / WIRE_EFFICIENCY[protocol]
-            on_pipe = float(np.bincount(src).max()) / self._gpu_rate(protocol)
+            on_pipe = float(np.bincount(src).max()) / (
+                channels * self._channel_rate(protocol, channels))
             self._shapes[key] = _Shape(np.array([latency[way].sum() for way in ways]),
                                        np.array([per_byte[way].sum() for way in ways]),
                                        max(on_link, on_pipe))
@@ -287,8 +288,16 @@ class ModelTuner:
             latency_of[i] = links[i].latency_of(protocol)
             bandwidth_of[i] = links[i].bandwidth
         rate = WIRE_EFFICIENCY[protocol] * bandwidth_of[routes].min(axis=1, initial=np.inf)
-        rate = np.minimum(rate, self._gpu_rate(protocol) / channels)
+        rate = np.minimum(rate, self._channel_rate(protocol, channels))
         return latency_of[routes].sum(axis=1), 1.0 / rate
+
+    def _channel_rate(self, protocol: Protocol, channels: int) -> float:
+        """What one of ``channels`` channels moves per second at most under ``protocol``:
+        its share of the GPU's rate, and under LL128 no more than the channel's own limit."""
+        share = self._gpu_rate(protocol) / channels
+        if protocol is Protocol.LL128:
+            return min(share, self.topology.ll128_channel_bandwidth)
+        return share
 
     def _gpu_rate(self, protocol: Protocol) -> float:
         """What one GPU's kernels move per second under ``protocol``, all channels

@@ -102,6 +102,23 @@ def test_ll_sends_of_a_rank_share_its_ll_pipe() -> None:
         replace(topology, ll_bandwidth=0.0)
 
 
+def test_an_ll128_channel_moves_at_most_its_own_rate() -> None:
+    # Each channel under LL128 at most 0.25 GB/s (NCCL's perChMaxRingLL128Bw), however
+    # fast the GPU and the wire: the two sends of one channel queue in its pipe. The other
+    # protocols do not see the limit.
+    topology = replace(fully_connected(3, BANDWIDTH, LATENCIES), ll128_channel_bandwidth=0.25e9)
+    nbytes = 1_000_000
+    inputs = [SizeOnly(nbytes // 4, np.float32)] * 3
+    ll128 = simulate(fan_out, inputs, topology, protocol=Protocol.LL128)
+    assert ll128.time == pytest.approx(LATENCIES.ll128 + 2 * nbytes / 0.25e9, rel=1e-12)
+    simple = simulate(fan_out, inputs, topology, protocol=Protocol.SIMPLE)
+    assert simple.time == pytest.approx(LATENCIES.simple + nbytes / BANDWIDTH, rel=1e-12)
+    with pytest.raises(ValueError, match="ll128_channel_bandwidth must be > 0 bytes/second"):
+        replace(topology, ll128_channel_bandwidth=0.0)
+    assert make_preset("cluster-h100:nodes=2").ll128_channel_bandwidth == 36.7e9
+    assert make_preset("dgx-a100").ll128_channel_bandwidth == 20e9
+
+
 def test_presets_carry_nccls_figures_per_protocol() -> None:
     topology = make_preset("cluster-h100:nodes=2")
     assert topology.launch_latency == NCCL_LAUNCH_LATENCY

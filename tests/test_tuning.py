@@ -91,7 +91,7 @@ def test_forcing_a_choice_overrides_the_tuner_and_unknown_names_are_refused() ->
                       protocol="LL128")
     assert forced.launches[0].describe() == "hierarchical/LL128/1"
     with pytest.raises(ValueError, match="unknown algorithm 'collnet'; known: ring, tree, "
-                                         "hierarchical, nvls or auto"):
+                                         "hierarchical, nvls, nvls_tree or auto"):
         simulate(nccl_allreduce, inputs, topology, algorithm="collnet")
     with pytest.raises(ValueError, match="nvls runs under the simple protocol only"):
         simulate(nccl_allreduce, inputs, topology, algorithm="nvls", protocol="ll")
