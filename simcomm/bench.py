@@ -170,8 +170,7 @@ def message_progress(total: int | None) -> tqdm:
 
 def bench_level(config: BenchConfig, topology: Topology, level: str) -> str:
     """The level (``message`` or ``collective``) ``config``'s runs take at ``level``."""
-    return choose_level(level, config.collective.function, topology.size, not config.check,
-                        params=config.algorithm_kwargs())
+    return choose_level(level, config.collective.function, topology.size, not config.check)
 
 
 def traced_run(config: BenchConfig, topology: Topology, size: int,

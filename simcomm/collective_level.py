@@ -68,6 +68,7 @@ AUTO_MESSAGE_LIMIT = 200_000
 # Ring steps iterated at most when the steps differ (an uneven split): beyond, every chunk
 # is taken at the larger of its two sizes (one element more), a bound from above.
 _MAX_UNEVEN_STEP_RANKS = 50_000_000
+_HEAD_RESOLUTION = 1e15  # per second: heads are compared to a femtosecond (see _Traffic)
 _NO_DATA = ("the collective level moves no data: give size-only buffers (SizeOnly), or run "
             "real data at the message level")
 
@@ -240,10 +241,12 @@ class _Traffic:
     """Messages sent in batches (one message per row), each following the engine's rules
     link by link (cut-through: a head enters a free link and goes on after its latency;
     the link holds the message for its gap and bytes, ending no earlier than the tail comes
-    from upstream). Messages of one burst (one rank's sends posted together) queue behind
-    each other on the links they share, first sent first. Every message's time on every
-    link is kept: if two messages of different bursts ever hold one link at once, the
-    engine would have made one wait, and the times are not exact (``contended``)."""
+    from upstream). Messages of one burst (one rank's sends posted together, or the sends
+    of many ranks to one) queue behind each other on the links they share, in the order
+    given. Every message's time on every link is kept: if two messages of different bursts
+    ever hold one link at once, or a message of a burst went first though another's head
+    came earlier, the engine would have served the link otherwise, and the times are not
+    exact (``contended``)."""
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -259,7 +262,8 @@ class _Traffic:
         self.known = np.zeros(len(links), dtype=bool)
         self.free = np.full(self.sentinel + 1, -np.inf)  # within the current burst
         self.owner = np.full(self.sentinel + 1, -1)  # the burst that last used the link
-        self.holds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # link, enter, end
+        # Per batch: link, head's arrival at it, enter, end.
+        self.holds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.bytes = np.zeros(len(links))
         self.busy = np.zeros(len(links))
         self.messages = 0
@@ -277,12 +281,18 @@ class _Traffic:
         for k in range(rows.shape[1]):
             link = rows[:, k]
             occupancy = self.gap[link] + nbytes * self.per_byte[link]
-            mine = self.owner[link] == burst
-            enter = np.maximum(head, np.where(mine, self.free[link], -np.inf))
-            end = np.maximum(enter, tail - occupancy) + occupancy
+            before = np.where(self.owner[link] == burst, self.free[link], -np.inf)
+            # On an idle link a message starts once its head is there and no earlier than
+            # its tail's arrival from upstream allows.
+            start = np.maximum(head, tail - occupancy)
+            enter, end = self._queue(link, burst, head, start, occupancy, before)
             real = link != self.sentinel
             self.free[link[real]], self.owner[link[real]] = end[real], burst[real]
-            self.holds.append((link[real], enter[real], end[real]))
+            # Where a link took several messages of its (new) owner's burst, the last
+            # served ends last.
+            same = real & (burst == self.owner[link])
+            np.maximum.at(self.free, link[same], end[same])
+            self.holds.append((link[real], head[real], enter[real], end[real]))
             wire = real & (link < len(self.topology.links))
             np.add.at(self.bytes, link[wire], nbytes)
             np.add.at(self.busy, link[wire], occupancy[wire])
@@ -290,6 +300,33 @@ class _Traffic:
             head = enter + self.latency[link]
         self.messages += len(src)
         return tail
+
+    def _queue(self, link: np.ndarray, burst: np.ndarray, head: np.ndarray,
+               start: np.ndarray, occupancy: np.ndarray, before: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """When each message enters its ``link`` and leaves it free: after the last message
+        of its burst sent there before (``before``), and behind the messages of its burst
+        on that link in this batch whose heads came first (at one instant: earlier rows
+        first, as the engine serves them in send order): end_k = max(start_k, end_k-1) +
+        occupancy_k, which sums to end_k = C_k + max(before, max over j <= k of start_j -
+        C_j-1) with C the running sum of the occupancies."""
+        enter, end = np.maximum(head, before), np.maximum(start, before) + occupancy
+        real = np.flatnonzero(link != self.sentinel)
+        groups, which, counts = np.unique(link[real] * (self.topology.size + 1) + burst[real],
+                                          return_inverse=True, return_counts=True)
+        for group in np.flatnonzero(counts > 1):
+            rows = real[which == group]
+            # By head, then row. Heads within a femtosecond count as one instant: float sums
+            # of latencies differ by an ulp where the engine's whole ticks tie, and a
+            # latency below its tick (1e-21 s) is none to the engine.
+            rows = rows[np.lexsort((rows, np.round(head[rows] * _HEAD_RESOLUTION)))]
+            ran = np.cumsum(occupancy[rows])
+            latest = np.maximum.accumulate(
+                np.maximum(start[rows] - (ran - occupancy[rows]), before[rows[0]]))
+            end[rows] = ran + latest
+            enter[rows] = np.maximum(head[rows], np.concatenate(([before[rows[0]]],
+                                                                end[rows[:-1]])))
+        return enter, end
 
     def _learn(self, rows: np.ndarray) -> None:
         new = np.unique(rows[rows < len(self.topology.links)])
@@ -302,14 +339,17 @@ class _Traffic:
 
     @property
     def contended(self) -> bool:
-        """Whether two messages held one link at once anywhere (touching is fine)."""
+        """Whether the engine would have served some link otherwise: two messages held it at
+        once (touching is fine), or one whose head came later went first (a burst's
+        messages queue in the order sent, the engine's in the order their heads come)."""
         if not self.holds:
             return False
-        link, enter, end = (np.concatenate(parts) for parts in zip(*self.holds))
+        link, head, enter, end = (np.concatenate(parts) for parts in zip(*self.holds))
         order = np.lexsort((end, enter, link))
         link, enter, end = link[order], enter[order], end[order]
+        head = np.round(head[order] * _HEAD_RESOLUTION)  # one instant as in _queue
         same = link[1:] == link[:-1]
-        return bool((same & (enter[1:] < end[:-1])).any())
+        return bool((same & ((enter[1:] < end[:-1]) | (head[1:] < head[:-1]))).any())
 
 
 def _binomial_reduce(traffic: _Traffic, times: np.ndarray, root: int, nbytes: float,
@@ -370,6 +410,44 @@ def _binomial_broadcast(traffic: _Traffic, times: np.ndarray, root: int, nbytes:
     return finish
 
 
+def _flat_reduce(traffic: _Traffic, times: np.ndarray, root: int, nbytes: float,
+                 memory: np.ndarray, op: ReduceOp) -> np.ndarray:
+    """``collectives.reduce(tree=False)``: every other rank sends to the root, which posts
+    all its receives at once and reduces each message into its memory as it comes, one at a
+    time."""
+    p, times = len(times), times.copy()
+    others = np.flatnonzero(np.arange(p) != root)
+    if len(others):
+        # One burst: they queue on the root's links in rank order, as the engine's sends,
+        # posted in rank order, reach them at one instant.
+        arrive = traffic.send(others, np.full(len(others), root), nbytes, times[others],
+                              np.full(len(others), root))
+        landed = np.maximum(arrive, times[root])
+        times[others] = landed  # a send completes once its receive is posted
+        done = float(times[root])
+        for at in np.sort(landed).tolist():  # the root's memory reduces one at a time
+            done = max(done, at) + nbytes * memory[root]
+        times[root] = done
+    if op is AVG and p > 1 and nbytes > 0:
+        times[root] += nbytes * memory[root]
+    return times
+
+
+def _flat_broadcast(traffic: _Traffic, times: np.ndarray, root: int, nbytes: float
+                    ) -> np.ndarray:
+    """``collectives.broadcast(tree=False)``: the root sends to every other rank, all
+    posted at once (one burst, in rank order), and waits for them all."""
+    p, times = len(times), times.copy()
+    others = np.flatnonzero(np.arange(p) != root)
+    if len(others):
+        arrive = traffic.send(np.full(len(others), root), others, nbytes, np.full(
+            len(others), times[root]), np.full(len(others), root))
+        done = np.maximum(arrive, times[others])  # each receive was posted at its start
+        times[others] = done
+        times[root] = max(float(times[root]), float(done.max()))
+    return times
+
+
 def _tree_reduce_cost(machine: Machine, count: int, itemsize: int, root: int = 0,
                       op: ReduceOp = SUM, tree: bool = False) -> CollectiveCost:
     return _tree_cost(machine.topology, count * itemsize, root, tree, op, ["reduce"])
@@ -391,24 +469,30 @@ def _tree_cost(topology: Topology, nbytes: int, root: int, tree: bool, op: Reduc
     p = topology.size
     if not isinstance(root, int) or not 0 <= root < p:
         raise ValueError(f"root must be a rank in [0, {p}), got {root!r}")
-    if not tree:
-        raise ValueError("the collective level models the binomial tree (tree=True): run "
-                         "the flat form at the message level")
     traffic, times = _Traffic(topology), np.zeros(p)
     memory = 1.0 / np.asarray(topology.reduce_bandwidth, dtype=float)
     for phase in phases:
-        times = (_binomial_reduce(traffic, times, root, nbytes, memory, op) if phase == "reduce"
-                 else _binomial_broadcast(traffic, times, root, nbytes))
-    # A reduce sends the buffer once from every rank but the root; a broadcast once per child.
+        if phase == "reduce":
+            times = (_binomial_reduce if tree else _flat_reduce)(traffic, times, root, nbytes,
+                                                                memory, op)
+        else:
+            times = (_binomial_broadcast if tree else _flat_broadcast)(traffic, times, root,
+                                                                      nbytes)
+    # A reduce sends the buffer once from every rank but the root; a broadcast once per child
+    # (the root's p - 1 in the flat form).
     sent = sum(((np.arange(p) != root) * float(nbytes) if phase == "reduce"
-                else _broadcast_sent(p, root, nbytes)) for phase in phases)
+                else _broadcast_sent(p, root, nbytes, tree)) for phase in phases)
     return CollectiveCost(times, traffic.messages, sent, traffic.bytes, traffic.busy,
                           not traffic.contended)
 
 
-def _broadcast_sent(p: int, root: int, nbytes: int) -> np.ndarray:
-    """Bytes each rank sends in a binomial broadcast: one buffer per child."""
+def _broadcast_sent(p: int, root: int, nbytes: int, tree: bool) -> np.ndarray:
+    """Bytes each rank sends in a broadcast: one buffer per child of the binomial tree, or
+    the root's one to every other rank."""
     children = np.zeros(p)
+    if not tree:
+        children[root] = p - 1
+        return children * nbytes
     for v in range(1, p):
         children[((v - (v & -v)) + root) % p] += 1
     return children * nbytes
@@ -591,12 +675,6 @@ class _Model(NamedTuple):
     cost: Callable[..., CollectiveCost]  # (topology, elements, bytes per element, **params)
     messages: Callable[[int], int]  # ranks -> messages the message level would simulate
     result: Callable[[Comm, Any], Any] = lambda comm, buf: buf  # what a rank's call returns
-    # Whether the model covers a call with these parameters (auto falls back if not).
-    supports: Callable[[dict[str, Any]], bool] = lambda params: True
-
-
-def _tree_only(params: dict[str, Any]) -> bool:
-    return bool(params.get("tree", False))
 
 
 def _own_chunk(comm: Comm, buf: Any) -> Any:
@@ -620,10 +698,9 @@ MODELS: dict[Callable[..., Any], _Model] = {
                                      _own_chunk),
     nccl_ring_all_gather: _Model(_nccl_ring_all_gather_cost, _ring_messages(1)),
     nccl_tree_allreduce: _Model(_nccl_tree_allreduce_cost, lambda p: 2 * (p - 1)),
-    reduce: _Model(_tree_reduce_cost, lambda p: p - 1, supports=_tree_only),
-    broadcast: _Model(_tree_broadcast_cost, lambda p: p - 1, supports=_tree_only),
-    reduce_broadcast_allreduce: _Model(_reduce_broadcast_cost, lambda p: 2 * (p - 1),
-                                       supports=_tree_only),
+    reduce: _Model(_tree_reduce_cost, lambda p: p - 1),
+    broadcast: _Model(_tree_broadcast_cost, lambda p: p - 1),
+    reduce_broadcast_allreduce: _Model(_reduce_broadcast_cost, lambda p: 2 * (p - 1)),
     nvls_allreduce: _Model(_nvls_allreduce_cost, lambda p: 2 * p * (p - 1)),
     # A tree's 2 (p - 1) messages at least (one GPU a node).
     nvls_tree_allreduce: _Model(_nvls_tree_allreduce_cost, lambda p: 2 * (p - 1)),
@@ -662,19 +739,16 @@ def _model(algorithm: Callable[..., Any]) -> _Model:
 
 
 def choose_level(level: str, algorithm: Callable[..., Any], ranks: int,
-                 size_only: bool = True, calls: int = 1,
-                 params: dict[str, Any] | None = None) -> str:
+                 size_only: bool = True, calls: int = 1) -> str:
     """The level a run at ``level`` takes: ``message`` or ``collective`` as asked; for
-    ``auto`` the collective level where a model covers the call (with ``params``), the
-    buffers are size-only and the message level would step through more than
-    ``AUTO_MESSAGE_LIMIT`` messages in ``calls`` calls of the algorithm, else the message
-    level."""
+    ``auto`` the collective level where a model covers the algorithm, the buffers are
+    size-only and the message level would step through more than ``AUTO_MESSAGE_LIMIT``
+    messages in ``calls`` calls of the algorithm, else the message level."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
     if level == "auto":
         model = MODELS.get(algorithm)
         return ("collective" if size_only and model is not None
-                and model.supports(params or {})
                 and calls * model.messages(ranks) > AUTO_MESSAGE_LIMIT else "message")
     if level == "collective":
         _model(algorithm)

@@ -859,7 +859,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     messages); ``SimResult.level`` says which ran.
     """
     level = choose_level(level, algorithm, topology.size,
-                         all(isinstance(buf, SizeOnly) for buf in inputs), params=params)
+                         all(isinstance(buf, SizeOnly) for buf in inputs))
     if level == "collective":
         given = [name for name, value in (("trace", trace), ("eager_limit", eager_limit),
                                           ("jitter", jitter), ("variation", variation))

@@ -137,8 +137,8 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
     dtype = _grad_dtype(model)
     grads = [SizeOnly(sum(model.layers[li].params[ti] for li, ti in (order[i] for i in members)),
                       dtype) for members in buckets]
-    if choose_level(_level_for(level, variation), allreduce, topology.size, calls=len(buckets),
-                    params=allreduce_params) == "collective":
+    if choose_level(_level_for(level, variation), allreduce, topology.size,
+                    calls=len(buckets)) == "collective":
         timed = TimedCollective(allreduce, topology, **allreduce_params)
         result = run_one_rank_for_all(_ddp_rank, topology, [timed], trace=trace, model=model,
                                          grads=grads, buckets=buckets, allreduce=timed,

@@ -20,7 +20,7 @@ from simcomm import Jitter, Link, SizeOnly, Topology, simulate
 from simcomm.collective_level import AUTO_MESSAGE_LIMIT, MODELS, choose_level, collective_cost
 from simcomm.presets import make_preset
 from simcomm.testing import dtypes, lengths, topologies
-from simcomm.topology import ring
+from simcomm.topology import ring, switch
 
 RING_COLLECTIVES = [reduce_scatter, all_gather, ring_allreduce]
 # Presets of up to 64 ranks, each with the rank counts it takes.
@@ -79,7 +79,7 @@ def test_the_collective_level_equals_the_message_level_where_no_link_is_shared(c
 def _tree_cases(draw):
     topology = _any_topology(draw)
     algorithm = draw(st.sampled_from([reduce, broadcast, reduce_broadcast_allreduce]))
-    params = {"tree": True, "root": draw(st.integers(0, topology.size - 1))}
+    params = {"tree": draw(st.booleans()), "root": draw(st.integers(0, topology.size - 1))}
     if algorithm is not broadcast:
         params["op"] = draw(st.sampled_from([SUM, AVG]))
     return topology, algorithm, _any_count(draw, topology), draw(dtypes()), params
@@ -87,10 +87,11 @@ def _tree_cases(draw):
 
 @settings(max_examples=20)
 @given(_tree_cases())
-def test_binomial_trees_equal_the_message_level_where_no_two_messages_meet(case) -> None:
+def test_trees_and_flat_forms_equal_the_message_level_where_no_two_messages_meet(case) -> None:
     # Two messages meet on a link when a rank of an early round sends while a rank of a
-    # later round, with nothing to receive first, already does: the model says so and
-    # then gives the times as if they had not met, a bound from below.
+    # later round, with nothing to receive first, already does, or when the messages of a
+    # flat reduce converge on a link in another order than the model queued them: the
+    # model says so and then gives the times as if they had not met, a bound from below.
     topology, algorithm, count, dtype, params = case
     message, collective = _both_levels(algorithm, topology, count, dtype, **params)
     if collective.exact:
@@ -98,6 +99,19 @@ def test_binomial_trees_equal_the_message_level_where_no_two_messages_meet(case)
     else:
         assert collective.time <= message.time * (1 + 1e-9)
         assert collective.messages == message.messages
+
+
+@pytest.mark.parametrize("max_extra", [1e-5, 1e-197], ids=["microseconds", "below-a-tick"])
+@pytest.mark.parametrize("algorithm", [reduce, reduce_broadcast_allreduce])
+def test_a_flat_reduce_queues_on_the_roots_link_in_the_order_the_heads_come(
+        algorithm, max_extra) -> None:
+    # Regression examples found by random runs of the property above: with latencies of
+    # their own per link, the messages reach the root's link in another order than the
+    # ranks' (the model queued them in rank order); with latencies below the engine's tick
+    # (1e-21 s) they reach it at one instant to the engine, and so in rank order.
+    topology = switch(4, 1e9, 0.0).with_latency_jitter(7, max_extra)
+    for count in (1, 1000):
+        _check_equal(*_both_levels(algorithm, topology, count, np.float16, tree=False))
 
 
 @pytest.mark.parametrize("count", [5, 3 * 2**20 + 7])
@@ -146,8 +160,8 @@ def test_auto_takes_the_message_level_while_it_is_cheap() -> None:
     assert large.level == "collective"
     # Real data, or a call no model covers: the message level, always.
     assert choose_level("auto", ring_allreduce, p, size_only=False) == "message"
-    assert choose_level("auto", reduce, p, params={"tree": False}) == "message"
-    assert choose_level("auto", reduce, 300_000, params={"tree": True}) == "collective"
+    assert choose_level("auto", reduce, p) == "message"  # p - 1 messages, flat or tree
+    assert choose_level("auto", reduce, 300_000) == "collective"
     # The hierarchical all-reduce's count is a lower bound whatever the ranks per node:
     # 16 ranks send 2 * 16 * (4 + 4 - 2) = 192 messages or more, 4,096 ranks 1,032,192.
     assert choose_level("auto", hierarchical_allreduce, 16) == "message"
@@ -157,8 +171,6 @@ def test_auto_takes_the_message_level_while_it_is_cheap() -> None:
 def test_the_collective_level_refuses_what_it_cannot_do() -> None:
     topology = ring(4, 1e10, 1e-6)
     sizes = [SizeOnly(16)] * 4
-    with pytest.raises(ValueError, match="binomial tree .tree=True.: run the flat form"):
-        simulate(reduce_broadcast_allreduce, sizes, topology, level="collective")
     with pytest.raises(ValueError, match="no collective-level model of 'alltoall_allreduce'"):
         simulate(alltoall_allreduce, sizes, topology, level="collective")
     with pytest.raises(ValueError, match="moves no data"):
