@@ -39,7 +39,8 @@ import numpy as np
 
 from algorithms.buffers import split_even
 from algorithms.collectives import (
-    all_gather, broadcast, reduce, reduce_broadcast_allreduce, reduce_scatter, ring_allreduce,
+    all_gather, all_to_all, broadcast, reduce, reduce_broadcast_allreduce, reduce_scatter,
+    ring_allreduce,
 )
 from algorithms.nccl import (
     as_protocol, hierarchical_allreduce, nccl_ring_all_gather, nccl_ring_allreduce,
@@ -263,15 +264,18 @@ class _Traffic:
         self.free = np.full(self.sentinel + 1, -np.inf)  # within the current burst
         self.owner = np.full(self.sentinel + 1, -1)  # the burst that last used the link
         # Per batch: link, head's arrival at it, enter, end.
-        self.holds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        # Per hop of a batch: link, head's arrival at it, enter, end, burst, and the batch.
+        self.holds: list[tuple[np.ndarray, ...]] = []
         self.bytes = np.zeros(len(links))
         self.busy = np.zeros(len(links))
         self.messages = 0
 
-    def send(self, src: np.ndarray, dst: np.ndarray, nbytes: float, post: np.ndarray,
-             burst: np.ndarray) -> np.ndarray:
-        """Send ``nbytes`` from each ``src`` to its ``dst``, posted at ``post``, each the
-        next message of its ``burst``; return when each arrives."""
+    def send(self, src: np.ndarray, dst: np.ndarray, nbytes: float | np.ndarray,
+             post: np.ndarray, burst: np.ndarray) -> np.ndarray:
+        """Send ``nbytes`` (one size, or one per message) from each ``src`` to its ``dst``,
+        posted at ``post``, each the next message of its ``burst``; return when each
+        arrives."""
+        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), src.shape)
         rows = self.topology.route_matrix(src, dst)
         rows[rows < 0] = self.sentinel
         self._learn(rows)
@@ -292,9 +296,10 @@ class _Traffic:
             # served ends last.
             same = real & (burst == self.owner[link])
             np.maximum.at(self.free, link[same], end[same])
-            self.holds.append((link[real], head[real], enter[real], end[real]))
+            self.holds.append((link[real], head[real], enter[real], end[real], burst[real],
+                               np.full(int(real.sum()), self.messages)))
             wire = real & (link < len(self.topology.links))
-            np.add.at(self.bytes, link[wire], nbytes)
+            np.add.at(self.bytes, link[wire], nbytes[wire])
             np.add.at(self.busy, link[wire], occupancy[wire])
             tail = end + self.latency[link]
             head = enter + self.latency[link]
@@ -337,19 +342,44 @@ class _Traffic:
             self.per_byte[i] = 1.0 / link.bandwidth
         self.known[new] = True
 
+    def delivered(self) -> np.ndarray:
+        """Per rank, a time it cannot have received everything before: a link into it
+        carries one message at a time, so its last message's tail arrives no earlier than
+        the first head came, plus every message's time on the link, plus its latency."""
+        topology = self.topology
+        rank_of = {node: rank for rank, node in enumerate(topology.ranks)}
+        into = np.array([rank_of.get(link.dst, -1) for link in topology.links])
+        bound = np.full(topology.size, -np.inf)
+        if not self.holds:
+            return bound
+        link, head = (np.concatenate(parts) for parts in list(zip(*self.holds))[:2])
+        wire = link < len(topology.links)
+        first = np.full(len(topology.links), np.inf)
+        np.minimum.at(first, link[wire], head[wire])
+        used = np.isfinite(first) & (into >= 0)
+        np.maximum.at(bound, into[used], first[used] + self.busy[used] + self.latency[:len(
+            topology.links)][used])
+        return bound
+
     @property
     def contended(self) -> bool:
-        """Whether the engine would have served some link otherwise: two messages held it at
-        once (touching is fine), or one whose head came later went first (a burst's
-        messages queue in the order sent, the engine's in the order their heads come)."""
+        """Whether the engine might have served some link otherwise: two messages held it
+        at once (touching is fine); one whose head came later went first (a burst's
+        messages queue in the order given, the engine's in the order their heads come); or
+        the heads of two bursts' messages of two batches came at one instant (the engine
+        then goes by the order it scheduled them in, which the batches need not follow)."""
         if not self.holds:
             return False
-        link, head, enter, end = (np.concatenate(parts) for parts in zip(*self.holds))
+        link, head, enter, end, burst, batch = (np.concatenate(parts)
+                                                for parts in zip(*self.holds))
         order = np.lexsort((end, enter, link))
         link, enter, end = link[order], enter[order], end[order]
+        burst, batch = burst[order], batch[order]
         head = np.round(head[order] * _HEAD_RESOLUTION)  # one instant as in _queue
         same = link[1:] == link[:-1]
-        return bool((same & ((enter[1:] < end[:-1]) | (head[1:] < head[:-1]))).any())
+        tie = ((head[1:] == head[:-1]) & (batch[1:] != batch[:-1])
+               & (burst[1:] != burst[:-1]))
+        return bool((same & ((enter[1:] < end[:-1]) | (head[1:] < head[:-1]) | tie)).any())
 
 
 def _binomial_reduce(traffic: _Traffic, times: np.ndarray, root: int, nbytes: float,
@@ -496,6 +526,42 @@ def _broadcast_sent(p: int, root: int, nbytes: int, tree: bool) -> np.ndarray:
     for v in range(1, p):
         children[((v - (v & -v)) + root) % p] += 1
     return children * nbytes
+
+
+def _all_to_all_cost(machine: Machine, count: int, itemsize: int,
+                     split_sizes_matrix: Any = None) -> CollectiveCost:
+    """``collectives.all_to_all`` with the even split: each rank copies its own chunk, then
+    posts its sends to the ranks after it in turn (one burst, queued on its links) and its
+    receives; a send completes once it has arrived and its receiver has posted. Messages of
+    different ranks that meet on a link are let through side by side, so the times are a
+    bound from below (equal to the message level's where none meet), raised where a rank's
+    own links cannot bring in all it receives sooner (``_Traffic.delivered``). Every one of
+    the p (p - 1) routes is walked: seconds for a few thousand ranks, not more."""
+    if split_sizes_matrix is not None:
+        raise ValueError("the collective level times all_to_all's even split: leave "
+                         "split_sizes_matrix out, or run at the message level")
+    topology = machine.topology
+    p = topology.size
+    chunk = np.array(_parts(count, p), dtype=float) * itemsize  # chunk j goes to rank j
+    ranks = np.arange(p)
+    posted = chunk / np.asarray(topology.reduce_bandwidth, dtype=float)  # the own copy
+    finish, traffic = posted.copy(), _Traffic(topology)
+    for shift in range(1, p):
+        dst = (ranks + shift) % p
+        done = np.maximum(traffic.send(ranks, dst, chunk[dst], posted, ranks),
+                          posted[dst])
+        finish = np.maximum(finish, done)  # the sender waits for it
+        finish[dst] = np.maximum(finish[dst], done)  # and so does the receiver
+    finish = np.maximum(finish, traffic.delivered())
+    sent = chunk.sum() - chunk
+    # Never called exact: where messages of different ranks reach a link at one instant
+    # (empty chunks, say) the engine may take them in another order than the shifts do.
+    return CollectiveCost(finish, traffic.messages, sent, traffic.bytes, traffic.busy, False)
+
+
+def _all_to_all_result(comm: Comm, buf: Any) -> Any:
+    # What the rank receives: its chunk of every rank's buffer, all of one length.
+    return SizeOnly(comm.size * _parts(len(buf), comm.size)[comm.rank], buf.dtype)
 
 
 def _parts(count: int, parts: int) -> list[int]:
@@ -701,6 +767,7 @@ MODELS: dict[Callable[..., Any], _Model] = {
     reduce: _Model(_tree_reduce_cost, lambda p: p - 1),
     broadcast: _Model(_tree_broadcast_cost, lambda p: p - 1),
     reduce_broadcast_allreduce: _Model(_reduce_broadcast_cost, lambda p: 2 * (p - 1)),
+    all_to_all: _Model(_all_to_all_cost, lambda p: p * (p - 1), _all_to_all_result),
     nvls_allreduce: _Model(_nvls_allreduce_cost, lambda p: 2 * p * (p - 1)),
     # A tree's 2 (p - 1) messages at least (one GPU a node).
     nvls_tree_allreduce: _Model(_nvls_tree_allreduce_cost, lambda p: 2 * (p - 1)),
