@@ -651,13 +651,16 @@ def _nccl_tree_allreduce_cost(machine: Machine, count: int, itemsize: int,
         chunk_bytes=0 if chunk_bytes == TREE_CHUNK_BYTES else chunk_bytes)
 
 
-def _nvls_allreduce_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
-                         channels: int = NVLS_CHANNELS, chunk_bytes: int = 0
-                         ) -> CollectiveCost:
-    if type(channels) is not int or channels < 1:
-        raise ValueError(f"channels must be an int >= 1, got {channels!r}")
-    return _forced("allreduce", "nvls")(machine, count, itemsize, channels=channels,
-                                        chunk_bytes=chunk_bytes)
+def _in_switch(algorithm: str) -> Callable[..., CollectiveCost]:
+    """The cost of ``nvls_allreduce`` or ``nvls_tree_allreduce`` called directly: Simple,
+    on the channels given (NCCL's 16 by default)."""
+    def cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
+             channels: int = NVLS_CHANNELS, chunk_bytes: int = 0) -> CollectiveCost:
+        if type(channels) is not int or channels < 1:
+            raise ValueError(f"channels must be an int >= 1, got {channels!r}")
+        return _forced("allreduce", algorithm)(machine, count, itemsize, channels=channels,
+                                               chunk_bytes=chunk_bytes)
+    return cost
 
 
 def _hierarchical_allreduce_cost(machine: Machine, count: int, itemsize: int,
@@ -665,15 +668,6 @@ def _hierarchical_allreduce_cost(machine: Machine, count: int, itemsize: int,
                                  ) -> CollectiveCost:
     choice = Choice("hierarchical", as_protocol(protocol), 1)
     return _estimated(machine, "allreduce", choice, count, itemsize)
-
-
-def _nvls_tree_allreduce_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
-                              channels: int = NVLS_CHANNELS, chunk_bytes: int = 0
-                              ) -> CollectiveCost:
-    if type(channels) is not int or channels < 1:
-        raise ValueError(f"channels must be an int >= 1, got {channels!r}")
-    return _forced("allreduce", "nvls_tree")(machine, count, itemsize, channels=channels,
-                                             chunk_bytes=chunk_bytes)
 
 
 def _nccl_allreduce_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
@@ -768,9 +762,9 @@ MODELS: dict[Callable[..., Any], _Model] = {
     broadcast: _Model(_tree_broadcast_cost, lambda p: p - 1),
     reduce_broadcast_allreduce: _Model(_reduce_broadcast_cost, lambda p: 2 * (p - 1)),
     all_to_all: _Model(_all_to_all_cost, lambda p: p * (p - 1), _all_to_all_result),
-    nvls_allreduce: _Model(_nvls_allreduce_cost, lambda p: 2 * p * (p - 1)),
+    nvls_allreduce: _Model(_in_switch("nvls"), lambda p: 2 * p * (p - 1)),
     # A tree's 2 (p - 1) messages at least (one GPU a node).
-    nvls_tree_allreduce: _Model(_nvls_tree_allreduce_cost, lambda p: 2 * (p - 1)),
+    nvls_tree_allreduce: _Model(_in_switch("nvls_tree"), lambda p: 2 * (p - 1)),
     # Rings of L ranks in nodes and of N = p / L along rails: 2p(L + N - 2) messages at
     # least, and L + N >= 2 sqrt(p).
     hierarchical_allreduce: _Model(_hierarchical_allreduce_cost,

@@ -57,16 +57,27 @@ def test_without_a_reducing_switch_it_is_plain_sends_and_moves_more() -> None:
         assert stats.bytes == 2 * (p - 1) * nbytes // p
 
 
-@pytest.mark.parametrize("topology", [
-    reducing_switch(5), switch(5, BANDWIDTH, LATENCY),
-    replace(hierarchical(2, 3, BANDWIDTH, LATENCY, 1e9, 1e-5, nic_per_gpu=False),
-            reducing_switches=("node0.switch", "node1.switch")),
-], ids=["reducing-switch", "plain-switch", "two-nodes"])
+TWO_NODES = replace(hierarchical(2, 3, BANDWIDTH, LATENCY, 1e9, 1e-5, nic_per_gpu=False),
+                    reducing_switches=("node0.switch", "node1.switch"))
+THREE_NODES = replace(hierarchical(3, 2, BANDWIDTH, LATENCY, 1e9, 1e-5),
+                      reducing_switches=("node0.switch", "node1.switch", "node2.switch"))
+
+
+@pytest.mark.parametrize("algorithm, topology", [
+    (nvls_allreduce, reducing_switch(5)), (nvls_allreduce, switch(5, BANDWIDTH, LATENCY)),
+    (nvls_allreduce, TWO_NODES),
+    (nvls_tree_allreduce, make_preset("cluster-h100:nodes=2")),
+    (nvls_tree_allreduce, make_preset("cluster-h100:nodes=3")),
+    (nvls_tree_allreduce, THREE_NODES),
+    (nvls_tree_allreduce, hierarchical(5, 1, BANDWIDTH, LATENCY, 1e9, 1e-5)),
+    (nvls_tree_allreduce, hierarchical(2, 3, BANDWIDTH, LATENCY, 1e9, 1e-5)),
+], ids=["reducing-switch", "plain-switch", "two-nodes", "tree-2-h100-nodes",
+        "tree-3-h100-nodes", "tree-3-nodes-of-2", "tree-5-nodes-of-1", "tree-no-reducing-switch"])
 @pytest.mark.parametrize("op", [SUM, MAX, AVG])
-def test_results_equal_the_reference_wherever_it_runs(topology, op) -> None:
+def test_results_equal_the_reference_wherever_it_runs(algorithm, topology, op) -> None:
     rng = np.random.default_rng(1)
     data = [rng.integers(-5, 6, 53).astype(np.float64) for _ in range(topology.size)]
-    result = simulate(nvls_allreduce, data, topology, op=op, channels=2, chunk_bytes=48)
+    result = simulate(algorithm, data, topology, op=op, channels=3, chunk_bytes=48)
     want = {SUM: np.sum, MAX: np.max, AVG: np.mean}[op](data, axis=0)
     for got in result.results:
         np.testing.assert_array_equal(got, want)
@@ -203,23 +214,6 @@ def test_over_gloo_it_matches_torch_and_the_simulator() -> None:
 
 
 # -- NVLS-tree: the switch within nodes, a tree of the nodes along every rail -----------------
-
-@pytest.mark.parametrize("topology", [
-    make_preset("cluster-h100:nodes=2"), make_preset("cluster-h100:nodes=3"),
-    replace(hierarchical(3, 2, BANDWIDTH, LATENCY, 1e9, 1e-5),
-            reducing_switches=("node0.switch", "node1.switch", "node2.switch")),
-    hierarchical(5, 1, BANDWIDTH, LATENCY, 1e9, 1e-5), hierarchical(2, 3, BANDWIDTH, LATENCY,
-                                                                   1e9, 1e-5),
-], ids=["2-h100-nodes", "3-h100-nodes", "3-nodes-of-2", "5-nodes-of-1", "no-reducing-switch"])
-@pytest.mark.parametrize("op", [SUM, MAX, AVG])
-def test_nvls_tree_results_equal_the_reference_wherever_it_runs(topology, op) -> None:
-    rng = np.random.default_rng(2)
-    data = [rng.integers(-5, 6, 53).astype(np.float64) for _ in range(topology.size)]
-    result = simulate(nvls_tree_allreduce, data, topology, op=op, channels=3, chunk_bytes=48)
-    want = {SUM: np.sum, MAX: np.max, AVG: np.mean}[op](data, axis=0)
-    for got in result.results:
-        np.testing.assert_array_equal(got, want)
-
 
 def test_nvls_tree_sends_each_gpus_slice_once_each_way_over_its_nic() -> None:
     # Two nodes of eight: the switch carries the buffer and a slice each way over every

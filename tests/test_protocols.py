@@ -87,34 +87,27 @@ def fan_out(comm, x, protocol):
     return x
 
 
-def test_ll_sends_of_a_rank_share_its_ll_pipe() -> None:
-    # The pipe (0.25 GB/s) is slower than the wire's LL share (0.5 GB/s): it sets the pace,
-    # and two messages through it take twice as long; Simple does not use it.
-    topology = replace(fully_connected(3, BANDWIDTH, LATENCIES), ll_bandwidth=0.25e9)
+@pytest.mark.parametrize("protocol, field", [(Protocol.LL, "ll_bandwidth"),
+                                             (Protocol.LL128, "ll128_channel_bandwidth")])
+def test_a_rate_of_ll_or_ll128_paces_a_channels_sends_in_its_pipe(protocol, field) -> None:
+    # The pipe (0.25 GB/s: under LL the GPU's rate, NCCL's llMaxBw; under LL128 one
+    # channel's, NCCL's perChMaxRingLL128Bw) is slower than the wire's share of either: it
+    # sets the pace, and the two messages of one channel through it take twice as long;
+    # Simple does not use it.
+    topology = replace(fully_connected(3, BANDWIDTH, LATENCIES), **{field: 0.25e9})
     nbytes = 1_000_000
     inputs = [SizeOnly(nbytes // 4, np.float32)] * 3
-    ll = simulate(fan_out, inputs, topology, protocol=Protocol.LL)
-    assert ll.time == pytest.approx(LATENCIES.ll + 2 * nbytes / 0.25e9, rel=1e-12)
+    paced = simulate(fan_out, inputs, topology, protocol=protocol)
+    assert paced.time == pytest.approx(LATENCIES.of(protocol) + 2 * nbytes / 0.25e9,
+                                       rel=1e-12)
     simple = simulate(fan_out, inputs, topology, protocol=Protocol.SIMPLE)
     assert simple.time == pytest.approx(LATENCIES.simple + nbytes / BANDWIDTH, rel=1e-12)
-    assert [s.bytes for s in ll.links] == [s.bytes for s in simple.links]  # pipes not links
-    with pytest.raises(ValueError, match="ll_bandwidth must be > 0 bytes/second"):
-        replace(topology, ll_bandwidth=0.0)
+    assert [s.bytes for s in paced.links] == [s.bytes for s in simple.links]  # pipes not links
+    with pytest.raises(ValueError, match=f"{field} must be > 0 bytes/second"):
+        replace(topology, **{field: 0.0})
 
 
-def test_an_ll128_channel_moves_at_most_its_own_rate() -> None:
-    # Each channel under LL128 at most 0.25 GB/s (NCCL's perChMaxRingLL128Bw), however
-    # fast the GPU and the wire: the two sends of one channel queue in its pipe. The other
-    # protocols do not see the limit.
-    topology = replace(fully_connected(3, BANDWIDTH, LATENCIES), ll128_channel_bandwidth=0.25e9)
-    nbytes = 1_000_000
-    inputs = [SizeOnly(nbytes // 4, np.float32)] * 3
-    ll128 = simulate(fan_out, inputs, topology, protocol=Protocol.LL128)
-    assert ll128.time == pytest.approx(LATENCIES.ll128 + 2 * nbytes / 0.25e9, rel=1e-12)
-    simple = simulate(fan_out, inputs, topology, protocol=Protocol.SIMPLE)
-    assert simple.time == pytest.approx(LATENCIES.simple + nbytes / BANDWIDTH, rel=1e-12)
-    with pytest.raises(ValueError, match="ll128_channel_bandwidth must be > 0 bytes/second"):
-        replace(topology, ll128_channel_bandwidth=0.0)
+def test_presets_carry_nccls_ll128_ceiling_per_channel() -> None:
     assert make_preset("cluster-h100:nodes=2").ll128_channel_bandwidth == 36.7e9
     assert make_preset("dgx-a100").ll128_channel_bandwidth == 20e9
 
