@@ -329,8 +329,8 @@ Op = (Send | Recv | Multicast | RecvReduce | Wait | Compute | Sleep | Copy | Com
 @dataclass(frozen=True, slots=True)
 class Choice:
     """How to run one collective call, as NCCL's tuner decides it: the ``algorithm``
-    (``"ring"``, ``"tree"``, ``"hierarchical"``), the ``protocol`` and the number of
-    ``channels``."""
+    (``"ring"``, ``"tree"``, ``"hierarchical"``, ``"nvls"``, ``"nvls_tree"``), the
+    ``protocol`` and the number of ``channels``."""
 
     algorithm: str
     protocol: Protocol
@@ -338,7 +338,10 @@ class Choice:
 
 
 # A tuner: (collective, bytes per rank) -> how to run it. Collectives are named as
-# nccl-tests names them: "allreduce", "reducescatter", "allgather".
+# nccl-tests names them: "allreduce", "reducescatter", "allgather". A tuner may also have a
+# method best_for(collective, bytes per rank, algorithm) -> Choice: its pick when the caller
+# forces the algorithm (as NCCL_ALGO does); without one the forced algorithm runs under the
+# protocol of the tuner's own pick.
 Tuner = Callable[[str, int], Choice]
 
 

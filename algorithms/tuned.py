@@ -32,7 +32,9 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
            protocol: Protocol | str = AUTO, channels: int = 0,
            algorithms: tuple[str, ...] = ("ring",)) -> Choice:
     """How to run one call: the tuner's choice (ring with Simple without one), with
-    ``algorithm``, ``protocol`` and ``channels`` (0: the choice's) forced where given."""
+    ``algorithm``, ``protocol`` and ``channels`` (0: the choice's) forced where given. A
+    forced algorithm runs under the tuner's best protocol for it where the tuner can say
+    (``best_for``, see ``algorithms.ops.Tuner``)."""
     if algorithm != AUTO and algorithm not in algorithms:
         raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; known: "
                          f"{', '.join(algorithms)} or auto")
@@ -41,6 +43,9 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
         raise ValueError(f"channels must be an int >= 0 (0: the tuner's), got {channels!r}")
     picked = (comm.tuner(collective, nbytes) if comm.tuner is not None
               else Choice("ring", Protocol.SIMPLE, 0))
+    best_for = getattr(comm.tuner, "best_for", None)
+    if algorithm not in (AUTO, picked.algorithm) and best_for is not None:
+        picked = best_for(collective, nbytes, algorithm)  # as NCCL_ALGO does
     return Choice(picked.algorithm if algorithm == AUTO else algorithm,
                   picked.protocol if forced is None else forced,
                   channels or (picked.channels if algorithm in (AUTO, picked.algorithm)

@@ -102,6 +102,14 @@ class ModelTuner:
 
         return {choice: self.estimate(collective, choice, nbytes) for choice in candidates}
 
+    def best_for(self, collective: str, nbytes: int, algorithm: str) -> Choice:
+        """The fastest protocol and channels for ``algorithm``, as NCCL chooses when
+        NCCL_ALGO names it (NVLS and NVLS-tree: Simple, on NCCL's 16 channels)."""
+        if algorithm in ("nvls", "nvls_tree"):
+            return Choice(algorithm, Protocol.SIMPLE, NVLS_CHANNELS)
+        candidates = [Choice(algorithm, protocol, self.channels) for protocol in Protocol]
+        return min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes))
+
     def has_nvls(self) -> bool:
         """Whether NVLS can run here: one node, on a switch that reduces."""
         topology = self.topology

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms import Protocol
+from algorithms import Protocol, nccl_allreduce
 from algorithms.harness.catalog import get_collective
 from algorithms.harness.tuner_file import (
     MAX_BYTES, TableTuner, TunerFileError, read_tuner_file, rows_for,
@@ -162,3 +162,20 @@ def test_tune_refuses_a_builder_and_an_unknown_collective(capsys) -> None:
     assert "is a builder" in capsys.readouterr().err
     assert main(["tune", "--topology", "dgx-h100", "--collectives", "alltoall"]) == 2
     assert "unknown collective 'alltoall'" in capsys.readouterr().err
+
+
+def test_a_forced_algorithm_runs_under_the_tuners_best_protocol_for_it() -> None:
+    # On two nodes the tuner runs 16 MiB as ring/LL128; with the tree forced (NCCL_ALGO=Tree)
+    # NCCL takes the tree's own best protocol, here Simple. A tuner with no best_for (a
+    # plain function) keeps its pick's protocol.
+    topology = make_preset("cluster-h100:nodes=2")
+    inputs = [SizeOnly(2**22, np.float32)] * topology.size
+    assert ModelTuner(topology)("allreduce", 2**24) == Choice("ring", Protocol.LL128, 8)
+    forced = simulate(nccl_allreduce, inputs, topology, record=False, algorithm="tree")
+    assert forced.launches[0].describe() == "tree/SIMPLE/8"
+    as_picked = simulate(nccl_allreduce, inputs, topology, record=False, algorithm="tree",
+                         protocol="ll128")
+    assert forced.time < as_picked.time  # the message level agrees that Simple is faster
+    plain = simulate(nccl_allreduce, inputs, topology, record=False, algorithm="tree",
+                     tuner=lambda collective, nbytes: Choice("ring", Protocol.LL128, 8))
+    assert plain.launches[0].describe() == "tree/LL128/8"
