@@ -238,6 +238,15 @@ def _ring_allreduce_cost(machine: Machine, count: int, itemsize: int,
                             op)
 
 
+def _in_turn(start: np.ndarray, cost: np.ndarray, before: float) -> np.ndarray:
+    """When each of jobs served one at a time in the order given ends: job k begins at
+    ``start[k]`` or when job k - 1 ends, whichever is later (and not before ``before``),
+    and takes ``cost[k]``. The recurrence end_k = max(start_k, end_k-1) + cost_k sums to
+    end_k = C_k + max(before, max over j <= k of start_j - C_j-1), C the running cost."""
+    ran = np.cumsum(cost)
+    return ran + np.maximum.accumulate(np.maximum(start - (ran - cost), before))
+
+
 class _Traffic:
     """Messages sent in batches (one message per row), each following the engine's rules
     link by link (cut-through: a head enters a free link and goes on after its latency;
@@ -263,7 +272,6 @@ class _Traffic:
         self.known = np.zeros(len(links), dtype=bool)
         self.free = np.full(self.sentinel + 1, -np.inf)  # within the current burst
         self.owner = np.full(self.sentinel + 1, -1)  # the burst that last used the link
-        # Per batch: link, head's arrival at it, enter, end.
         # Per hop of a batch: link, head's arrival at it, enter, end, burst, and the batch.
         self.holds: list[tuple[np.ndarray, ...]] = []
         self.bytes = np.zeros(len(links))
@@ -313,8 +321,7 @@ class _Traffic:
         of its burst sent there before (``before``), and behind the messages of its burst
         on that link in this batch whose heads came first (at one instant: earlier rows
         first, as the engine serves them in send order): end_k = max(start_k, end_k-1) +
-        occupancy_k, which sums to end_k = C_k + max(before, max over j <= k of start_j -
-        C_j-1) with C the running sum of the occupancies."""
+        occupancy_k (``_in_turn``)."""
         enter, end = np.maximum(head, before), np.maximum(start, before) + occupancy
         real = np.flatnonzero(link != self.sentinel)
         groups, which, counts = np.unique(link[real] * (self.topology.size + 1) + burst[real],
@@ -325,10 +332,7 @@ class _Traffic:
             # of latencies differ by an ulp where the engine's whole ticks tie, and a
             # latency below its tick (1e-21 s) is none to the engine.
             rows = rows[np.lexsort((rows, np.round(head[rows] * _HEAD_RESOLUTION)))]
-            ran = np.cumsum(occupancy[rows])
-            latest = np.maximum.accumulate(
-                np.maximum(start[rows] - (ran - occupancy[rows]), before[rows[0]]))
-            end[rows] = ran + latest
+            end[rows] = _in_turn(start[rows], occupancy[rows], before[rows[0]])
             enter[rows] = np.maximum(head[rows], np.concatenate(([before[rows[0]]],
                                                                 end[rows[:-1]])))
         return enter, end
@@ -452,12 +456,11 @@ def _flat_reduce(traffic: _Traffic, times: np.ndarray, root: int, nbytes: float,
         # posted in rank order, reach them at one instant.
         arrive = traffic.send(others, np.full(len(others), root), nbytes, times[others],
                               np.full(len(others), root))
-        landed = np.maximum(arrive, times[root])
-        times[others] = landed  # a send completes once its receive is posted
-        done = float(times[root])
-        for at in np.sort(landed).tolist():  # the root's memory reduces one at a time
-            done = max(done, at) + nbytes * memory[root]
-        times[root] = done
+        landed = np.sort(np.maximum(arrive, times[root]))
+        times[others] = np.maximum(arrive, times[root])  # a send completes once received
+        # The root's memory reduces the messages one at a time, as they land.
+        times[root] = _in_turn(landed, np.full(len(landed), nbytes * memory[root]),
+                               times[root])[-1]
     if op is AVG and p > 1 and nbytes > 0:
         times[root] += nbytes * memory[root]
     return times

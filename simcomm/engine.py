@@ -219,16 +219,9 @@ class _Simulation(Interpreter):
         self.link_free = [0] * len(self.links)
         self.link_bytes = [0] * len(self.links)
         self.link_busy = [0] * len(self.links)  # ticks
-        # What a GPU moves per second under each protocol, over all its channels.
-        self.pipe_rate = {protocol: min(topology.injection_bandwidth, topology.ll_bandwidth)
-                          if protocol is Protocol.LL else topology.injection_bandwidth
-                          for protocol in Protocol}
-        # What one channel moves per second at most, whatever its share of the GPU's rate.
-        self.channel_rate = {protocol: topology.ll128_channel_bandwidth
-                             if protocol is Protocol.LL128 else math.inf
-                             for protocol in Protocol}
-        self.piped = any(math.isfinite(rate) for rate in (*self.pipe_rate.values(),
-                                                          *self.channel_rate.values()))
+        # Whether a channel's rate is limited under some protocol (Topology.channel_rate).
+        self.piped = any(math.isfinite(topology.channel_rate(protocol, 1))
+                         for protocol in Protocol)
         self.share = [1] * self.size  # channels of each rank's latest Launch
         self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
         self.pipes: dict[tuple[int, Hashable], int] = {}
@@ -360,7 +353,7 @@ class _Simulation(Interpreter):
         key = (src, dst, channel, share, protocol)
         piped = self.piped_routes.get(key)
         if piped is None:
-            rate = min(self.pipe_rate[protocol] / share, self.channel_rate[protocol])
+            rate = self.topology.channel_rate(protocol, share)
             if math.isinf(rate):
                 piped = route
             else:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from itertools import repeat
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from algorithms.ops import Launch

@@ -361,6 +361,19 @@ class Topology:
             rates[rank] *= speed
         return replace(self, reduce_bandwidth=tuple(rates))
 
+    def channel_rate(self, protocol: Protocol, channels: int) -> float:
+        """What one of a collective's ``channels`` channels moves per second at most under
+        ``protocol``: an even share of what one GPU's kernels move (``injection_bandwidth``;
+        under LL no more than ``ll_bandwidth``), under LL128 no more than
+        ``ll128_channel_bandwidth``. Infinite: no limit."""
+        rate = self.injection_bandwidth
+        if protocol is Protocol.LL:
+            rate = min(rate, self.ll_bandwidth)
+        share = rate / channels
+        if protocol is Protocol.LL128:
+            return min(share, self.ll128_channel_bandwidth)
+        return share
+
     def _check_rank(self, what: str, rank: object) -> None:
         if not (isinstance(rank, int) and 0 <= rank < self.size):
             raise ValueError(f"{what} for rank {rank!r}: the topology has ranks 0 to "

@@ -38,6 +38,7 @@ from algorithms.nvls import (
     NVLS_CHANNELS, nvls_chunk_bytes, nvls_tree_chunk_bytes, pipeline_chunks,
 )
 from algorithms.ops import Choice, Comm, Protocol
+from algorithms.tuned import IN_SWITCH
 from simcomm.topology import WIRE_EFFICIENCY, Topology
 
 # Collective -> algorithms the tuner weighs for it: NCCL's (its CollNet is not modelled; it
@@ -99,13 +100,12 @@ class ModelTuner:
                       for protocol in Protocol]
         if "nvls" in CANDIDATES[collective] and self.has_nvls():
             candidates.append(Choice("nvls", Protocol.SIMPLE, NVLS_CHANNELS))
-
         return {choice: self.estimate(collective, choice, nbytes) for choice in candidates}
 
     def best_for(self, collective: str, nbytes: int, algorithm: str) -> Choice:
         """The fastest protocol and channels for ``algorithm``, as NCCL chooses when
         NCCL_ALGO names it (NVLS and NVLS-tree: Simple, on NCCL's 16 channels)."""
-        if algorithm in ("nvls", "nvls_tree"):
+        if algorithm in IN_SWITCH:
             return Choice(algorithm, Protocol.SIMPLE, NVLS_CHANNELS)
         candidates = [Choice(algorithm, protocol, self.channels) for protocol in Protocol]
         return min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes))
@@ -249,7 +249,7 @@ class ModelTuner:
             crossing = np.bincount(routes[routes >= 0], minlength=len(links) + 1)
             on_link = float((crossing / bandwidth).max()) / WIRE_EFFICIENCY[protocol]
             on_pipe = float(np.bincount(src).max()) / (
-                channels * self._channel_rate(protocol, channels))
+                channels * self.topology.channel_rate(protocol, channels))
             self._shapes[key] = _Shape(np.array([latency[way].sum() for way in ways]),
                                        np.array([per_byte[way].sum() for way in ways]),
                                        max(on_link, on_pipe))
@@ -296,19 +296,6 @@ class ModelTuner:
             latency_of[i] = links[i].latency_of(protocol)
             bandwidth_of[i] = links[i].bandwidth
         rate = WIRE_EFFICIENCY[protocol] * bandwidth_of[routes].min(axis=1, initial=np.inf)
-        rate = np.minimum(rate, self._channel_rate(protocol, channels))
+        rate = np.minimum(rate, self.topology.channel_rate(protocol, channels))
         return latency_of[routes].sum(axis=1), 1.0 / rate
 
-    def _channel_rate(self, protocol: Protocol, channels: int) -> float:
-        """What one of ``channels`` channels moves per second at most under ``protocol``:
-        its share of the GPU's rate, and under LL128 no more than the channel's own limit."""
-        share = self._gpu_rate(protocol) / channels
-        if protocol is Protocol.LL128:
-            return min(share, self.topology.ll128_channel_bandwidth)
-        return share
-
-    def _gpu_rate(self, protocol: Protocol) -> float:
-        """What one GPU's kernels move per second under ``protocol``, all channels
-        together."""
-        rate = self.topology.injection_bandwidth
-        return min(rate, self.topology.ll_bandwidth) if protocol is Protocol.LL else rate
