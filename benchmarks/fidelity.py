@@ -4,8 +4,11 @@ For every table in ``benchmarks/published/`` whose machine has a preset and whos
 the simulator has, it simulates every row's size and prints the relative error of the time,
 as the median and largest absolute error per regime: latency-bound (below 1 MiB),
 transition, and bandwidth-bound (64 MiB and up), and over the whole table. Tables whose
-algorithm is not modelled yet (NCCL's default picks NVLS or trees on these machines) are
-listed with the reason and left out of the summary.
+machine or network is not modelled yet are listed with the reason and left out of the
+summary. A table run by one process driving several GPUs (nccl-tests' ``-g``, its header's
+``nGpus``) is simulated so too (``simcomm.bench.host_bound_seconds``). Rows of 0 B (a
+reduce-scatter or all-gather below one element per rank) are not compared: NCCL moves
+nothing and launches nothing, and the row times nccl-tests' own loop.
 
     python benchmarks/fidelity.py [--tables benchmarks/published] [--rows] [--torch]
 
@@ -29,6 +32,7 @@ import numpy as np
 
 from algorithms.harness.catalog import get_collective
 from simcomm import SizeOnly, simulate
+from simcomm.bench import host_bound_seconds
 from simcomm.presets import make_preset
 
 LATENCY_BOUND = 1 << 20  # bytes: below, the latency-bound regime
@@ -98,10 +102,16 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
     return preset, ALGORITHMS[program], params
 
 
-def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence[int]
-            ) -> list[tuple[float, str]]:
+def gpus_per_process(table: Table) -> int:
+    """The GPUs each process of the table's run drove (its test header's ``nGpus``)."""
+    found = re.search(r"nGpus\s+(\d+)", table.header.get("test header", ""))
+    return int(found.group(1)) if found else 1
+
+
+def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence[int],
+            gpus: int = 1) -> list[tuple[float, str]]:
     """Simulated microseconds per size (float32 elements, as the tables' runs), each with
-    what ran (``ring/LL/8``)."""
+    what ran (``ring/LL/8``), with ``gpus`` driven by each process."""
     topology = make_preset(preset)
     collective = get_collective(algorithm)
     p = topology.size
@@ -113,7 +123,7 @@ def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence
         result = simulate(collective.function, [SizeOnly(count, np.float32)] * p, topology,
                           record=False, **params)
         ran = result.launches[0].describe() if result.launches else "nothing (empty)"
-        times.append((result.time * 1e6, ran))
+        times.append((host_bound_seconds(result.time, gpus) * 1e6, ran))
     return times
 
 
@@ -168,13 +178,16 @@ def main() -> None:
             skipped.append((table.name, model))
             continue
         preset, algorithm, params = model
-        predicted = predict(preset, algorithm, params, table.sizes)
+        gpus = gpus_per_process(table)
+        predicted = predict(preset, algorithm, params, table.sizes, gpus)
         errors = {"latency": [], "transition": [], "bandwidth": []}
         for size, measured, (simulated, _) in zip(table.sizes, table.times_us, predicted):
-            errors[regime(size)].append(abs(simulated - measured) / measured)
+            if simulated > 0:  # 0: nothing to move (see the module's docstring)
+                errors[regime(size)].append(abs(simulated - measured) / measured)
         flat = [e for values in errors.values() for e in values]
         every += flat
-        label = " ".join([preset, algorithm] + [f"{k}={v}" for k, v in params.items()])
+        label = " ".join([preset, algorithm] + [f"{k}={v}" for k, v in params.items()]
+                         + ([f"-g {gpus}"] if gpus > 1 else []))
         print(f"{table.name:<46} {label:<50} "
               + " ".join(f"{summary(errors[r]):>13}" for r in errors) + f" {summary(flat):>13}")
         if args.rows:
@@ -183,8 +196,11 @@ def main() -> None:
                       f"{simulated:>9.1f} us  {simulated / measured - 1:+7.1%}  {ran}")
         if args.torch:
             program = table.header.get("collective", "").split(" ")[0]
-            estimates = torch_estimates(program, make_preset(preset).size, table.sizes)
-            torch_rows.append((table.name, table.sizes, table.times_us, estimates))
+            compared = [(size, measured) for size, measured, (simulated, _)
+                        in zip(table.sizes, table.times_us, predicted) if simulated > 0]
+            sizes = [size for size, _ in compared]
+            estimates = torch_estimates(program, make_preset(preset).size, sizes)
+            torch_rows.append((table.name, sizes, [m for _, m in compared], estimates))
     print(f"\nall modelled tables together: median {statistics.median(every):.1%} over "
           f"{len(every)} rows" if every else "\nno table is modelled yet")
     if torch_rows:

@@ -8,7 +8,8 @@ in nccl-tests' columns (``algorithms.harness.bench``).
 * ``is_builder``, ``load_named_topology``, ``build_topology``: the topology a name stands
   for: a builder (``ring``, ``fully_connected``, ``switch``, ``hierarchical``) made with
   ranks, bandwidth and latency in human units, a preset or a topology file.
-* ``bench_size(config, topology, size, average)`` simulates one size and returns its row;
+* ``bench_size(config, topology, size, average)`` simulates one size and returns its row
+  (with ``gpus_per_process``, as nccl-tests' ``-g`` runs it: ``host_bound_seconds``);
   ``bench_rows`` yields every size's row of the configuration as each is simulated;
   ``sample_seconds`` is one seeded sample of a size under random variation and
   ``sampled_row`` the row of many, with their spread;
@@ -48,6 +49,24 @@ from simcomm.variation import Samples, Variation
 
 # The time of a simulated run: when its last rank finishes (nccl-tests' -a 3).
 SLOWEST_RANK = 3
+
+# One host thread that drives several GPUs (nccl-tests' -g) launches their kernels one after
+# another. NVIDIA's NCCL developers put the higher small-size times of such runs down to CUDA's
+# launch overheads in a single process and advise one process per GPU (NVIDIA/nccl-tests
+# issue #333, where a small all-reduce on 2 and 4 B200 GPUs driven by one process took about
+# 9 and 22 us): about 5.5 us per GPU launched, the 4-GPU figure over its 4 launches.
+HOST_LAUNCH_PER_GPU = 5.5e-6  # seconds
+
+
+def host_bound_seconds(collective_seconds: float, gpus_per_process: int) -> float:
+    """The time of one of nccl-tests' back-to-back iterations when one host thread drives
+    ``gpus_per_process`` GPUs: the host launches the next iteration's kernels while the GPUs
+    run this one, so the slower of the two sets the pace. With one GPU per process the host
+    keeps ahead (a topology's launch latency is the GPU's side of a launch), and an empty
+    collective (nothing to move) launches nothing."""
+    if gpus_per_process == 1 or collective_seconds == 0:
+        return collective_seconds
+    return max(collective_seconds, gpus_per_process * HOST_LAUNCH_PER_GPU)
 
 
 def algorithm_config(spec: str, sizes: Iterable[int], dtype: str = "float",
@@ -107,10 +126,11 @@ def _parse(what: str, parse: Callable[[str], float], text: str) -> float:
 def bench_size(config: BenchConfig, topology: Topology, size: int,
                average: int = SLOWEST_RANK, level: str = "message",
                progress: Callable[[int], None] | None = None,
-               variation: Variation | None = None) -> BenchRow:
+               variation: Variation | None = None, gpus_per_process: int = 1) -> BenchRow:
     """Simulate ``config``'s collective at ``size`` bytes on ``topology`` and score it; its
     time is the ranks' finish times made one as nccl-tests' ``-a`` says (``rank_time``;
-    default the last rank's, when the collective is done).
+    default the last rank's, when the collective is done), paced by the host when one
+    process drives ``gpus_per_process`` GPUs (``host_bound_seconds``).
 
     Size-only buffers unless ``config.check``, which runs numpy data and counts wrong
     elements. ``level``, ``progress`` and ``variation``: as ``simulate``'s (``bench_level``
@@ -129,17 +149,18 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
         wrong = count_wrong(config.collective, inputs, result.results, config.op,
                             config.root, dict(config.params))
     algo = "; ".join(dict.fromkeys(launch.describe() for launch in result.launches))
+    seconds = host_bound_seconds(rank_time(result.finish_times, average), gpus_per_process)
     return bench_row(config.collective, p, size, config.dtype, config.op, config.root,
-                     rank_time(result.finish_times, average), wrong, algo)
+                     seconds, wrong, algo)
 
 
 def sample_seconds(seed: int, config: BenchConfig, topology: Topology, size: int,
                    variation: Variation, average: int = SLOWEST_RANK,
-                   level: str = "message") -> float:
+                   level: str = "message", gpus_per_process: int = 1) -> float:
     """One seeded sample of ``size``: its time with ``variation``'s draws from ``seed``
     (module level, so that worker processes can run it)."""
     row = bench_size(config, topology, size, average, level,
-                     variation=replace(variation, seed=seed))
+                     variation=replace(variation, seed=seed), gpus_per_process=gpus_per_process)
     return row.time_us / 1e6
 
 
@@ -152,12 +173,14 @@ def sampled_row(config: BenchConfig, world_size: int, size: int, samples: Sample
 
 def bench_rows(config: BenchConfig, topology: Topology, average: int = SLOWEST_RANK,
                level: str = "message", progress: Callable[[int], None] | None = None,
-               variation: Variation | None = None) -> Iterator[BenchRow]:
+               variation: Variation | None = None, gpus_per_process: int = 1
+               ) -> Iterator[BenchRow]:
     """Every size of ``config`` on ``topology``, each row as soon as it is simulated (its
     root is checked against the ranks first)."""
     config.check_world(topology.size)
     for size in config.sizes:
-        yield bench_size(config, topology, size, average, level, progress, variation)
+        yield bench_size(config, topology, size, average, level, progress, variation,
+                         gpus_per_process)
 
 
 def message_progress(total: int | None) -> tqdm:

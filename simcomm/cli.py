@@ -51,8 +51,8 @@ from algorithms.harness.catalog import KINDS
 from algorithms.harness.tuner_file import format_tuner_file, rows_for
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
-    SLOWEST_RANK, algorithm_config, bench_level, bench_rows, bench_size, is_builder,
-    load_named_topology, message_progress, sample_seconds, sampled_row, traced_run,
+    HOST_LAUNCH_PER_GPU, SLOWEST_RANK, algorithm_config, bench_level, bench_rows, bench_size,
+    is_builder, load_named_topology, message_progress, sample_seconds, sampled_row, traced_run,
 )
 from simcomm.collective_level import (
     AUTO_MESSAGE_LIMIT, LEVELS, describe_level, expected_messages,
@@ -119,7 +119,7 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
         description="Simulate a collective at each size and print nccl-tests' columns. "
                     "Buffers are size-only (nothing is allocated) unless --check asks for "
                     "real data.")
-    add_bench_arguments(parser, NCCL_TESTS_REFUSED + (_NO_TIMEOUT,))
+    add_bench_arguments(parser, _SIMCOMM_REFUSED)
     _add_iteration_arguments(parser)
     parser.add_argument("--summary", action="store_true",
                         help="after the rows, summarise the run of the largest size: busiest "
@@ -142,11 +142,20 @@ _NO_TIMEOUT = Refused(("-T", "--timeout"), "0", "a simulated run cannot hang: a 
                       "reported at once, as an error that names the unposted receives")
 
 
+# -g is a flag of simcomm's own (_add_iteration_arguments): it models nccl-tests' host.
+_SIMCOMM_REFUSED = tuple(r for r in NCCL_TESTS_REFUSED if "-g" not in r.flags) + (_NO_TIMEOUT,)
+
+
 def _add_iteration_arguments(parser: argparse.ArgumentParser) -> None:
-    """nccl-tests' -w, -n and -a, as a simulation takes them."""
+    """nccl-tests' -w, -n, -a and -g, as a simulation takes them."""
     runs = parser.add_argument_group(
         "runs", "a simulated run is deterministic: every run of a size takes the same time, "
                 "so -w and -n are accepted from nccl-tests' command lines and change nothing")
+    runs.add_argument("-g", "--ngpus", type=int, default=1, metavar="N",
+                      help="GPUs one process drives, as nccl-tests' -g: its host launches "
+                           f"their kernels in turn, {HOST_LAUNCH_PER_GPU * 1e6:g} us each, so "
+                           "a row takes at least N launches (default 1: a process per GPU, "
+                           "the host keeps ahead)")
     runs.add_argument("-w", "--warmup_iters", type=int, metavar="N",
                       help="accepted, changes nothing (nccl-tests: warm-up runs)")
     runs.add_argument("-n", "--iters", type=int, metavar="N",
@@ -197,6 +206,9 @@ def bench(args: argparse.Namespace) -> int:
     configs = configs_from_args(args)
     topology = _topology_from_args(args)
     _check_runs(args)
+    if args.ngpus < 1 or topology.size % args.ngpus:
+        raise ValueError(f"-g/--ngpus {args.ngpus}: the GPUs one process drives must be a "
+                         f"whole share of the {topology.size} ranks (>= 1, dividing them)")
     for config in configs:
         config.check_world(topology.size)
     average = SLOWEST_RANK if args.average is None else args.average
@@ -225,7 +237,7 @@ def bench(args: argparse.Namespace) -> int:
                               else expected * sum(len(c.sizes) for c in configs)) as bar:
             for config in configs:
                 for row in bench_rows(config, topology, average, args.level, bar.update,
-                                      variation):
+                                      variation, args.ngpus):
                     writer.write(row)
     writer.finish()
     if args.summary or args.trace or args.timeline:
@@ -240,7 +252,8 @@ def _bench_samples(args: argparse.Namespace, configs: Sequence[BenchConfig], top
     for config in configs:
         for size in config.sizes:
             run = partial(sample_seconds, config=config, topology=topology, size=size,
-                          variation=variation, average=average, level=level)
+                          variation=variation, average=average, level=level,
+                          gpus_per_process=args.ngpus)
             name = f"{config.collective.name}, {config.dtype.name}"
             if config.op is not None:
                 name += f", {config.op.value}"
@@ -288,6 +301,9 @@ def _bench_header(args: argparse.Namespace, config: BenchConfig, topology: Topol
                       "run takes the same time")
     if args.average is not None:
         header.append(f"time: {AVERAGES[args.average]} (-a {args.average})")
+    if args.ngpus > 1:
+        header.append(f"one process drives {args.ngpus} GPUs (-g): a row takes at least "
+                      f"{args.ngpus} kernel launches of {HOST_LAUNCH_PER_GPU * 1e6:g} us")
     return header
 
 
