@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from algorithms.harness.bench import CSV_HEADER
+from simcomm.bench import HOST_LAUNCH_PER_GPU
 from simcomm.cli import main
 
 ALPHA = 5e-6  # seconds
@@ -177,9 +178,9 @@ BAD_ARGS = [
     (["--algorithm", "ring_allreduce", "--trace", "."], "argument --trace: . is a folder"),
     (["--algorithm", "ring_allreduce", "-t", "2"], "argument -t/--nthreads: threads per "
                                                    "process do not apply"),
-    (["--algorithm", "ring_allreduce", "-g", "8"], "argument -g/--ngpus: GPUs per process do "
-                                                   "not apply: a rank drives one GPU; give the "
-                                                   "number of ranks (simcomm: --ranks"),
+    (["--algorithm", "ring_allreduce", "-g", "3"], "-g/--ngpus 3: the GPUs one process "
+                                                   "drives must be a whole share of the 8 ranks"),
+    (["--algorithm", "ring_allreduce", "-g", "0"], "-g/--ngpus 0: the GPUs one process"),
     (["--algorithm", "ring_allreduce", "-G", "1"], "argument -G/--cudagraph: CUDA graphs do "
                                                    "not apply"),
     (["--algorithm", "ring_allreduce", "-z", "1"], "argument -z/--blocking: nccl-tests' "
@@ -267,6 +268,22 @@ def test_an_nccl_tests_command_line_runs(capsys: pytest.CaptureFixture[str]) -> 
     assert [row[:5] + row[-1:] for row in rows] == [
         [str(size), str(size // 8), "double", "max", "-1", "0"] for size in (8, 32, 128)]
     assert lines[-3] == "# Out of bounds values : 0 OK"
+
+
+def test_one_process_driving_several_gpus_takes_their_launches(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # nccl-tests' -g: the host launches each GPU's kernel in turn, so a small row takes at
+    # least -g launches; a large one is the collective's own time, as with -g 1.
+    argv = ["--algorithm", "ring_allreduce", "--ranks", "8", "--topology", "ring",
+            "--bandwidth", "100GB/s", "--latency", "1us", "--sizes", "8,64MiB"]
+    small, large = bench(capsys, *argv)
+    driven_small, driven_large = bench(capsys, *argv, "-g", "8")
+    assert float(small["time_us"]) < 8 * HOST_LAUNCH_PER_GPU * 1e6
+    assert float(driven_small["time_us"]) == pytest.approx(8 * HOST_LAUNCH_PER_GPU * 1e6)
+    assert driven_large == large
+    assert main(["bench", *argv, "-g", "4"]) == 0
+    assert ("# one process drives 4 GPUs (-g): a row takes at least 4 kernel launches of "
+            "5.5 us") in capsys.readouterr().out.splitlines()
 
 
 def test_every_type_and_op_in_turn(capsys: pytest.CaptureFixture[str]) -> None:
