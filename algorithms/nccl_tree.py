@@ -20,7 +20,6 @@ chunk fully reduced first, so every rank ends with the root's bits.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -29,48 +28,23 @@ from algorithms.buffers import split_even
 from algorithms.collectives import Schedule
 from algorithms.nccl import _channel_count, as_protocol
 from algorithms.ops import (
-    AVG, SUM, Alloc, Comm, Copy, Divide, Join, Launch, Protocol, Recv, ReduceOp, Send, Spawn,
-    Wait,
+    AVG, SUM, Comm, Divide, Join, Launch, Protocol, Recv, ReduceOp, Send, Spawn, Wait,
 )
 
-# NCCL's tree chunks (calcCollChunking in src/enqueue.cc, NVIDIA/nccl v2.26.2): a tree moves
-# one step of its protocol's buffer per chunk, each buffer holding NCCL_STEPS = 8 steps
-# (src/include/device.h). Simple: DEFAULT_BUFFSIZE, 4 MiB (src/init.cc). LL: 8 lines of 16 B
-# per thread for 512 threads, half of each line data (DEFAULT_LL_BUFFSIZE). LL128: 120 words
-# of 8 B per thread for 640 threads, 15 of every 16 words data (DEFAULT_LL128_BUFFSIZE).
+# NCCL's tree chunk under Simple: its buffer of DEFAULT_BUFFSIZE (4 MiB, src/init.cc) holds
+# NCCL_STEPS (8, src/include/device.h) steps, and a tree moves one step per chunk
+# (calcCollChunking in src/enqueue.cc: chunkSteps is 1 for all but rings). Under LL NCCL's
+# chunks are 32 KiB; pass chunk_bytes to model them.
 TREE_CHUNK_BYTES = (4 << 20) // 8
-LL_TREE_CHUNK_BYTES = 8 * 512 * 16 // 2
-LL128_TREE_CHUNK_BYTES = 120 * 640 * 8 // 16 * 15
 
 # A node of a binary tree: its parent and its two children; -1 where there is none.
 TreeNode = tuple[int, tuple[int, int]]
 
 
-def tree_chunk_bytes(protocol: Protocol, nbytes: int, channels: int, nodes: int,
-                     ranks_per_node: int) -> int:
-    """The chunk NCCL's tree all-reduce of ``nbytes`` on ``channels`` channels moves under
-    ``protocol``: one step of the protocol's buffer; under LL128 halved while a channel
-    would move too few of them for the tree's depth (the same file)."""
-    if protocol is Protocol.SIMPLE:
-        return TREE_CHUNK_BYTES
-    if protocol is Protocol.LL:
-        return LL_TREE_CHUNK_BYTES
-    chunk = LL128_TREE_CHUNK_BYTES
-    steps = 1 + int(math.log2(nodes)) + 0.1 * ranks_per_node
-    while nbytes // (channels * chunk) < steps * 64 / ranks_per_node and chunk > 131072:
-        chunk //= 2
-    while nbytes // (channels * chunk) < steps * 16 / ranks_per_node and chunk > 32768:
-        chunk //= 2
-    return chunk
-
-
-def tree_channels(channels: int) -> list[Hashable]:
-    """The channels the trees are spawned on, three per tree: its own (``"tree 0"``), and
-    its reduce's and its broadcast's, streams of it (``("tree 0", "up")``, ``("tree 0",
-    "down")``) that share its rate, as NCCL runs both in one channel's warps (a transport
-    that maps channels to process groups declares them up front)."""
-    return [name for c in range(channels)
-            for name in (f"tree {c}", (f"tree {c}", "up"), (f"tree {c}", "down"))]
+def tree_channels(channels: int) -> list[str]:
+    """The channel names the trees are spawned on (a transport that maps channels to
+    process groups declares them up front)."""
+    return [f"tree {c}" for c in range(channels)]
 
 
 def binary_tree(nodes: int, index: int) -> TreeNode:
@@ -129,33 +103,34 @@ def double_binary_tree(nodes: int, index: int) -> tuple[TreeNode, TreeNode]:
 
 def nccl_tree_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 0,
                         protocol: Protocol | str = "simple",
-                        chunk_bytes: int = 0) -> Schedule:
+                        chunk_bytes: int = TREE_CHUNK_BYTES) -> Schedule:
     """Tree all-reduce as NCCL runs it (see the module doc): ``channels`` trees at once (0:
     one per rank of a node), the first half of them on tree 0 of the double binary tree,
     the rest on tree 1; channel c enters and leaves each node through local rank c (mod
-    ranks per node). Each moves its part of ``x`` in chunks of about ``chunk_bytes`` (0:
-    NCCL's, ``tree_chunk_bytes``)."""
+    ranks per node). Each moves its part of ``x`` in chunks of about ``chunk_bytes``."""
     count, wire = _channel_count(comm, channels), as_protocol(protocol)
-    if type(chunk_bytes) is not int or chunk_bytes < 0:
-        raise ValueError(f"chunk_bytes must be an int >= 0 (0: NCCL's), got {chunk_bytes!r}")
-    chunk_bytes = chunk_bytes or tree_chunk_bytes(wire, x.nbytes, count,
-                                                  comm.size // comm.ranks_per_node,
-                                                  comm.ranks_per_node)
+    if type(chunk_bytes) is not int or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be an int >= 1, got {chunk_bytes!r}")
     yield Launch(wire, "tree", count)
 
     def on_channel(channel: int, part: Any) -> Schedule:
-        parent, children, _ = tree_position(comm, channel, 2 * channel // count)
-        chunks = max(1, math.ceil(part.nbytes / chunk_bytes))
-        return _reduce_and_broadcast(comm, part, chunks, parent, children, op, wire,
-                                     *tree_channels(count)[3 * channel + 1:3 * channel + 3])
+        parent, children, depth = tree_position(comm, channel, 2 * channel // count)
+        chunks = split_even(part, max(1, math.ceil(part.nbytes / chunk_bytes)))
+        # A chunk sent up comes back after a round trip to the root, 2 x depth hops, each
+        # costing a hop's latency besides the chunk's transfer (on the network about as
+        # much again): so many chunk-times go by, and so many more chunks go up, before
+        # this rank waits for its first result. A lag of one chunk per hop made the two
+        # streams wait on each other: 6.2 ms for 1 GiB on two DGX H100 nodes, against
+        # 5.4 ms with two, and 5.1 ms of work on the busiest link.
+        return _reduce_and_broadcast(comm, chunks, parent, children, 4 * depth, op, wire)
 
     parts = split_even(x, count)
     if count == 1:  # one channel needs no task of its own
         yield from on_channel(0, parts[0])
         return x
     tasks = []
-    for channel in range(count):
-        tasks.append((yield Spawn(on_channel(channel, parts[channel]), f"tree {channel}")))
+    for channel, name in enumerate(tree_channels(count)):
+        tasks.append((yield Spawn(on_channel(channel, parts[channel]), name)))
     for task in tasks:
         yield Join(task)
     return x
@@ -212,77 +187,39 @@ def node_depth(nodes: int, node: int, tree: int) -> int:
     return depth
 
 
-def _reduce_and_broadcast(comm: Comm, part: Any, count: int, parent: int,
-                          children: list[int], op: ReduceOp, wire: Protocol,
-                          up: Hashable, down: Hashable) -> Schedule:
-    """Pipeline ``part``, in ``count`` chunks, up the tree and back down, the reduce on
-    channel ``up`` and the broadcast on channel ``down``, so that neither waits for the
-    other (NCCL runs them in separate warps: ``runTreeSplit``). In one stream, a rank that
-    waited for a chunk from below could not pass on the chunks that had come from above,
-    and at 1 GiB on two DGX H100 nodes the tree took 6.2 ms against 5.1 ms of work on its
-    busiest link."""
-    ours = split_even(part, count)
-    if parent == -1:  # the root: each chunk reduced is passed down at once
-        yield Join((yield Spawn(_root_stream(comm, ours, children, op, wire, up), down)))
-        return
-    # The reduce sends from a copy, taken before the chunk's result can come back into it.
-    scratch = split_even((yield Alloc(len(part), part)), count)
-    reduced = yield Spawn(_reduce_stream(ours, scratch, parent, children, op, wire), up)
-    passed = yield Spawn(_broadcast_stream(ours, parent, children, wire), down)
-    yield Join(reduced)
-    yield Join(passed)
+def _reduce_and_broadcast(comm: Comm, chunks: list[Any], parent: int, children: list[int],
+                          lag: int, op: ReduceOp, wire: Protocol) -> Schedule:
+    """Pipeline ``chunks`` up the tree and back down: step s reduces chunk s and passes it
+    up, then takes chunk s - ``lag`` from the parent and passes it down. With ``lag`` the
+    chunks that go up while one makes its round trip, neither stream waits for the other.
+    """
+    ups: dict[int, Any] = {}  # chunk -> its send up, waited before the result lands on it
+    downs: list[Any] = []  # sends down, waited at the end: nothing writes their chunks again
 
-
-def _reduce_stream(ours: list[Any], scratch: list[Any], parent: int, children: list[int],
-                   op: ReduceOp, wire: Protocol) -> Schedule:
-    """Below the root: chunk by chunk, this rank's and its children's sum, sent up."""
-    sends = []
-    for k, (chunk, total) in enumerate(zip(ours, scratch)):
+    def reduce_up(k: int) -> Schedule:
         label = f"reduce {k}"
-        # Copied before the next Wait: the chunk's result cannot be back before this
-        # chunk has gone up, so nothing has been received into ``chunk`` yet.
-        yield Copy(total, chunk)
         received = []
         for child in children:
-            received.append((yield Recv(child, total, op, label)))
+            received.append((yield Recv(child, chunks[k], op, label)))
         if received:
             yield Wait(*received)
-        sends.append((yield Send(parent, total, label, wire)))
-    yield Wait(*sends)
+        if parent != -1:
+            ups[k] = yield Send(parent, chunks[k], label, wire)
+        elif op is AVG and comm.size > 1 and len(chunks[k]) > 0:
+            yield Divide(chunks[k], comm.size)  # the root holds the sum: divide it once
 
-
-def _broadcast_stream(ours: list[Any], parent: int, children: list[int], wire: Protocol
-                      ) -> Schedule:
-    """Below the root: chunk by chunk, the result from the parent, passed to the children."""
-    sends = []
-    for k, chunk in enumerate(ours):
+    def broadcast_down(k: int) -> Schedule:
         label = f"broadcast {k}"
-        yield Wait((yield Recv(parent, chunk, label=label)))
+        if parent != -1:
+            received = yield Recv(parent, chunks[k], label=label)
+            yield Wait(received, ups.pop(k))  # the result lands where the chunk left from
         for child in children:
-            sends.append((yield Send(child, chunk, label, wire)))
-    if sends:
-        yield Wait(*sends)
+            downs.append((yield Send(child, chunks[k], label, wire)))
 
-
-def _root_stream(comm: Comm, ours: list[Any], children: list[int], op: ReduceOp,
-                 wire: Protocol, up: Hashable) -> Schedule:
-    """At the root, on the down channel: each chunk reduced from the children (on the up
-    channel, in a task of its own, one after the other) and sent straight back down."""
-    sends = []
-    for k, chunk in enumerate(ours):
-        yield Join((yield Spawn(_root_reduce(comm, chunk, children, op, f"reduce {k}"), up)))
-        for child in children:
-            sends.append((yield Send(child, chunk, f"broadcast {k}", wire)))
-    if sends:
-        yield Wait(*sends)
-
-
-def _root_reduce(comm: Comm, chunk: Any, children: list[int], op: ReduceOp, label: str
-                 ) -> Schedule:
-    received = []
-    for child in children:
-        received.append((yield Recv(child, chunk, op, label)))
-    if received:
-        yield Wait(*received)
-    if op is AVG and comm.size > 1 and len(chunk) > 0:
-        yield Divide(chunk, comm.size)  # the root holds the sum: divide it once
+    for step in range(len(chunks) + lag):
+        if step < len(chunks):
+            yield from reduce_up(step)
+        if step >= lag:
+            yield from broadcast_down(step - lag)
+    if downs:
+        yield Wait(*downs)

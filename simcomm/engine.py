@@ -28,8 +28,7 @@ Cost model (alpha-beta with contention):
   the rank's latest ``Launch`` (under LL128 at most ``Topology.ll128_channel_bandwidth``).
   NCCL runs each channel on its own SMs, side by side, so a channel's steps pay their
   latency and their bytes one after the other, and the channels together reach the GPU's
-  rate. Tasks on channels ``(c, stream)`` are streams of channel ``c`` (a tree's reduce
-  and broadcast, in one channel's warps in NCCL) and share its pipe.
+  rate.
 * In a switch that reduces and multicasts (``Topology.reducing_switches``, NVLink SHARP), a
   ``Multicast`` crosses the links up to the switch once, then a copy goes on to every peer
   and one back to the sender; a ``RecvReduce`` pulls its contributions (``Send`` with
@@ -358,11 +357,9 @@ class _Simulation(Interpreter):
             if math.isinf(rate):
                 piped = route
             else:
-                # A (channel, stream) pair is a stream of the channel: it shares its pipe.
-                kernel = channel[0] if type(channel) is tuple else channel
-                pipe = self.pipes.get((src, kernel))
+                pipe = self.pipes.get((src, channel))
                 if pipe is None:
-                    pipe = self.pipes[src, kernel] = len(self.link_free)
+                    pipe = self.pipes[src, channel] = len(self.link_free)
                     for per_link in (self.link_free, self.link_bytes, self.link_busy):
                         per_link.append(0)
                 piped = ((pipe, TICKS_PER_SECOND / rate, 0, 0), *route)
