@@ -31,14 +31,35 @@ from algorithms.ops import (
     AVG, SUM, Comm, Divide, Join, Launch, Protocol, Recv, ReduceOp, Send, Spawn, Wait,
 )
 
-# NCCL's tree chunk under Simple: its buffer of DEFAULT_BUFFSIZE (4 MiB, src/init.cc) holds
-# NCCL_STEPS (8, src/include/device.h) steps, and a tree moves one step per chunk
-# (calcCollChunking in src/enqueue.cc: chunkSteps is 1 for all but rings). Under LL NCCL's
-# chunks are 32 KiB; pass chunk_bytes to model them.
+# NCCL's tree chunks (calcCollChunking in src/enqueue.cc, NVIDIA/nccl v2.26.2): a tree moves
+# one step of its protocol's buffer per chunk, each buffer holding NCCL_STEPS = 8 steps
+# (src/include/device.h). Simple: DEFAULT_BUFFSIZE, 4 MiB (src/init.cc). LL: 8 lines of 16 B
+# per thread for 512 threads, half of each line data (DEFAULT_LL_BUFFSIZE). LL128: 120 words
+# of 8 B per thread for 640 threads, 15 of every 16 words data (DEFAULT_LL128_BUFFSIZE).
 TREE_CHUNK_BYTES = (4 << 20) // 8
+LL_TREE_CHUNK_BYTES = 8 * 512 * 16 // 2
+LL128_TREE_CHUNK_BYTES = 120 * 640 * 8 // 16 * 15
 
 # A node of a binary tree: its parent and its two children; -1 where there is none.
 TreeNode = tuple[int, tuple[int, int]]
+
+
+def tree_chunk_bytes(protocol: Protocol, nbytes: int, channels: int, nodes: int,
+                     ranks_per_node: int) -> int:
+    """The chunk NCCL's tree all-reduce of ``nbytes`` on ``channels`` channels moves under
+    ``protocol``: one step of the protocol's buffer; under LL128 halved while a channel
+    would move too few of them for the tree's depth (the same file)."""
+    if protocol is Protocol.SIMPLE:
+        return TREE_CHUNK_BYTES
+    if protocol is Protocol.LL:
+        return LL_TREE_CHUNK_BYTES
+    chunk = LL128_TREE_CHUNK_BYTES
+    steps = 1 + int(math.log2(nodes)) + 0.1 * ranks_per_node
+    while nbytes // (channels * chunk) < steps * 64 / ranks_per_node and chunk > 131072:
+        chunk //= 2
+    while nbytes // (channels * chunk) < steps * 16 / ranks_per_node and chunk > 32768:
+        chunk //= 2
+    return chunk
 
 
 def tree_channels(channels: int) -> list[str]:
@@ -103,14 +124,18 @@ def double_binary_tree(nodes: int, index: int) -> tuple[TreeNode, TreeNode]:
 
 def nccl_tree_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 0,
                         protocol: Protocol | str = "simple",
-                        chunk_bytes: int = TREE_CHUNK_BYTES) -> Schedule:
+                        chunk_bytes: int = 0) -> Schedule:
     """Tree all-reduce as NCCL runs it (see the module doc): ``channels`` trees at once (0:
     one per rank of a node), the first half of them on tree 0 of the double binary tree,
     the rest on tree 1; channel c enters and leaves each node through local rank c (mod
-    ranks per node). Each moves its part of ``x`` in chunks of about ``chunk_bytes``."""
+    ranks per node). Each moves its part of ``x`` in chunks of about ``chunk_bytes`` (0:
+    NCCL's, ``tree_chunk_bytes``)."""
     count, wire = _channel_count(comm, channels), as_protocol(protocol)
-    if type(chunk_bytes) is not int or chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be an int >= 1, got {chunk_bytes!r}")
+    if type(chunk_bytes) is not int or chunk_bytes < 0:
+        raise ValueError(f"chunk_bytes must be an int >= 0 (0: NCCL's), got {chunk_bytes!r}")
+    chunk_bytes = chunk_bytes or tree_chunk_bytes(wire, x.nbytes, count,
+                                                  comm.size // comm.ranks_per_node,
+                                                  comm.ranks_per_node)
     yield Launch(wire, "tree", count)
 
     def on_channel(channel: int, part: Any) -> Schedule:

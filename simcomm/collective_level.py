@@ -46,7 +46,7 @@ from algorithms.nccl import (
     as_protocol, hierarchical_allreduce, nccl_ring_all_gather, nccl_ring_allreduce,
     nccl_ring_reduce_scatter, ring_slices,
 )
-from algorithms.nccl_tree import TREE_CHUNK_BYTES, nccl_tree_allreduce
+from algorithms.nccl_tree import nccl_tree_allreduce, tree_chunk_bytes
 from algorithms.nvls import (
     NVLS_CHANNELS, nvls_allreduce, nvls_chunk_bytes, nvls_tree_allreduce, nvls_tree_chunk_bytes,
     pipeline_chunks,
@@ -648,10 +648,9 @@ def _nccl_ring_all_gather_cost(machine: Machine, count: int, itemsize: int,
 def _nccl_tree_allreduce_cost(machine: Machine, count: int, itemsize: int,
                               op: ReduceOp = SUM, channels: int = 0,
                               protocol: Protocol | str = "simple",
-                              chunk_bytes: int = TREE_CHUNK_BYTES) -> CollectiveCost:
-    return _forced("allreduce", "tree")(
-        machine, count, itemsize, channels=channels, protocol=protocol,
-        chunk_bytes=0 if chunk_bytes == TREE_CHUNK_BYTES else chunk_bytes)
+                              chunk_bytes: int = 0) -> CollectiveCost:
+    return _forced("allreduce", "tree")(machine, count, itemsize, channels=channels,
+                                        protocol=protocol, chunk_bytes=chunk_bytes)
 
 
 def _in_switch(algorithm: str) -> Callable[..., CollectiveCost]:
@@ -722,8 +721,9 @@ def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, 
         return sum(2 * p * (p - 1) * min(pipeline_chunks(part * itemsize / p, chunk),
                                          part // p or 1) for part in parts)
     if choice.algorithm == "tree":
-        return sum(2 * (p - 1) * max(1, math.ceil(part * itemsize / TREE_CHUNK_BYTES))
-                   for part in parts)
+        chunk = tree_chunk_bytes(choice.protocol, count * itemsize, choice.channels,
+                                 p // comm.ranks_per_node, comm.ranks_per_node)
+        return sum(2 * (p - 1) * max(1, math.ceil(part * itemsize / chunk)) for part in parts)
     if collective == "allreduce":
         return sum(2 * p * (p - 1) * ring_slices(_parts(part, p)[0] * itemsize)
                    for part in parts)

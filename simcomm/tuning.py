@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from algorithms.nccl import rail_ring, ring_slices
-from algorithms.nccl_tree import TREE_CHUNK_BYTES, double_binary_tree, node_depth, tree_parents
+from algorithms.nccl_tree import double_binary_tree, node_depth, tree_chunk_bytes, tree_parents
 from algorithms.nvls import (
     NVLS_CHANNELS, nvls_chunk_bytes, nvls_tree_chunk_bytes, pipeline_chunks,
 )
@@ -139,9 +139,11 @@ class ModelTuner:
 
     def _trees(self, comm: Comm, channels: int, nbytes: int, protocol: Protocol) -> float:
         """Seconds for ``channels`` trees to reduce and broadcast their parts of
-        ``nbytes``, pipelined in chunks of ``TREE_CHUNK_BYTES``, all at once."""
+        ``nbytes``, pipelined in NCCL's chunks (``tree_chunk_bytes``), all at once."""
         part = nbytes / channels
-        chunks = max(1, math.ceil(part / TREE_CHUNK_BYTES))
+        chunk = tree_chunk_bytes(protocol, int(nbytes), channels,
+                                 comm.size // comm.ranks_per_node, comm.ranks_per_node)
+        chunks = max(1, math.ceil(part / chunk))
         shape = self._shape("tree", comm, channels, protocol)
         # A chunk's way from the deepest rank to the root and back: the first chunk pays
         # the whole way; the others follow at the busiest link's pace; and no link, or
@@ -248,8 +250,11 @@ class ModelTuner:
             bandwidth = np.array([link.bandwidth for link in links] + [np.inf])
             crossing = np.bincount(routes[routes >= 0], minlength=len(links) + 1)
             on_link = float((crossing / bandwidth).max()) / WIRE_EFFICIENCY[protocol]
-            on_pipe = float(np.bincount(src).max()) / (
-                channels * self.topology.channel_rate(protocol, channels))
+            # Each ring or tree on its own channel, whose pipe carries every message its
+            # sender sends in it (a tree's rank sends a part up and one to each child).
+            group = np.arange(len(src)) // (len(src) // len(ways))
+            on_pipe = float(np.bincount(src * len(ways) + group).max()) / (
+                self.topology.channel_rate(protocol, channels))
             self._shapes[key] = _Shape(np.array([latency[way].sum() for way in ways]),
                                        np.array([per_byte[way].sum() for way in ways]),
                                        max(on_link, on_pipe))

@@ -165,17 +165,17 @@ def test_tune_refuses_a_builder_and_an_unknown_collective(capsys) -> None:
 
 
 def test_a_forced_algorithm_runs_under_the_tuners_best_protocol_for_it() -> None:
-    # On two nodes the tuner runs 16 MiB as ring/LL128; with the tree forced (NCCL_ALGO=Tree)
-    # NCCL takes the tree's own best protocol, here Simple. A tuner with no best_for (a
+    # On two nodes the tuner runs 128 KiB as ring/LL; with the tree forced (NCCL_ALGO=Tree)
+    # NCCL takes the tree's own best protocol, here LL128. A tuner with no best_for (a
     # plain function) keeps its pick's protocol.
     topology = make_preset("cluster-h100:nodes=2")
-    inputs = [SizeOnly(2**22, np.float32)] * topology.size
-    assert ModelTuner(topology)("allreduce", 2**24) == Choice("ring", Protocol.LL128, 8)
+    inputs = [SizeOnly(2**15, np.float32)] * topology.size
+    assert ModelTuner(topology)("allreduce", 2**17) == Choice("ring", Protocol.LL, 8)
     forced = simulate(nccl_allreduce, inputs, topology, record=False, algorithm="tree")
-    assert forced.launches[0].describe() == "tree/SIMPLE/8"
+    assert forced.launches[0].describe() == "tree/LL128/8"
     as_picked = simulate(nccl_allreduce, inputs, topology, record=False, algorithm="tree",
-                         protocol="ll128")
-    assert forced.time < as_picked.time  # the message level agrees that Simple is faster
+                         protocol="ll")
+    assert forced.time < as_picked.time  # the message level agrees that LL128 is faster
     plain = simulate(nccl_allreduce, inputs, topology, record=False, algorithm="tree",
-                     tuner=lambda collective, nbytes: Choice("ring", Protocol.LL128, 8))
-    assert plain.launches[0].describe() == "tree/LL128/8"
+                     tuner=lambda collective, nbytes: Choice("ring", Protocol.LL, 8))
+    assert plain.launches[0].describe() == "tree/LL/8"
