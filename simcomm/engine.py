@@ -223,13 +223,16 @@ class _Simulation(Interpreter):
         self.piped = any(math.isfinite(topology.channel_rate(protocol, 1))
                          for protocol in Protocol)
         self.share = [1] * self.size  # channels of each rank's latest Launch
-        self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
+        self.in_tree = [False] * self.size  # whether that Launch is NCCL's tree's
+        self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol, bool], Route] = {}
         self.pipes: dict[tuple[int, Hashable], int] = {}
         # Per protocol, (src, dst) -> per link of the route: (index, ticks per byte, latency,
         # gap). Simple's table is looked up without the protocol: hashing an enum member is a
         # Python call, a tenth of a microsecond on every message.
         self.simple_routes: dict[tuple[int, int], Route] = {}
         self.routes = {Protocol.SIMPLE: self.simple_routes, Protocol.LL: {}, Protocol.LL128: {}}
+        self.tree_routes: dict[Protocol, dict[tuple[int, int], Route]] = {
+            protocol: {} for protocol in Protocol}
         self.memory_free = [0] * self.size  # ticks
         self.compute_speed = [topology.speed_of(rank) for rank in range(self.size)]
         self.compute_free = [0] * self.size
@@ -303,10 +306,13 @@ class _Simulation(Interpreter):
             self.trace.append(TraceEvent("send", src, task.channel, now / TICKS_PER_SECOND,
                                          math.nan, dst, h.nbytes, op.label, message))
         protocol = op.protocol
-        routes = self.simple_routes if protocol is _SIMPLE else self.routes[protocol]
+        if self.in_tree[src]:
+            routes = self.tree_routes[protocol]
+        else:
+            routes = self.simple_routes if protocol is _SIMPLE else self.routes[protocol]
         route = routes.get((src, dst))
         if route is None:
-            route = routes[(src, dst)] = self._route(src, dst, protocol)
+            route = routes[(src, dst)] = self._route(src, dst, protocol, self.in_tree[src])
         if self.piped:
             route = self._through_pipe(src, dst, task.channel, protocol, route)
         h.route, h.hop, h.tail = route, 0, _NEVER
@@ -340,17 +346,19 @@ class _Simulation(Interpreter):
                             for i, per_byte, latency, gap in h.route)
         self.env.timeout(_ticks(delay), h).callbacks.append(self._on_hop)
 
-    def _route(self, src: int, dst: int, protocol: Protocol) -> Route:
+    def _route(self, src: int, dst: int, protocol: Protocol, in_tree: bool) -> Route:
         per_data_byte = TICKS_PER_SECOND / WIRE_EFFICIENCY[protocol]
+        algorithm = "tree" if in_tree else ""
         return tuple((i, per_data_byte / self.links[i].bandwidth,
-                      _ticks(self.links[i].latency_of(protocol)), _ticks(self.links[i].gap))
+                      _ticks(self.links[i].latency_of(protocol, algorithm)),
+                      _ticks(self.links[i].gap))
                      for i in self.topology.route(src, dst))
 
     def _through_pipe(self, src: int, dst: int, channel: Hashable, protocol: Protocol,
                       route: Route) -> Route:
         # One pipe per (rank, channel), whatever the peer and the protocol.
         share = self.share[src]
-        key = (src, dst, channel, share, protocol)
+        key = (src, dst, channel, share, protocol, self.in_tree[src])
         piped = self.piped_routes.get(key)
         if piped is None:
             rate = self.topology.channel_rate(protocol, share)
@@ -722,7 +730,8 @@ class _Simulation(Interpreter):
         if task.rank == 0:
             self.launches.append(op)
         self.share[task.rank] = op.channels
-        latency = _ticks(self.topology.launch_latency.of(op.protocol))
+        self.in_tree[task.rank] = op.algorithm == "tree"
+        latency = _ticks(self.topology.launch_latency.of(op.protocol, op.algorithm))
         if self.record and latency:
             now = self.env.now / TICKS_PER_SECOND
             self.trace.append(TraceEvent("launch", task.rank, task.channel, now,

@@ -65,13 +65,20 @@ PCIE_GEN4_X16_DATA = 16 * 120 / 80 * GB
 # (NVIDIA/nccl-tests issue #267); the model takes the lower figure.
 NDR_NIC_DATA = 48 * GB
 
-# Per-step latencies of NCCL's cost model for its ring algorithm, per protocol (Simple, LL,
-# LL128), and its base latency per collective (hwLat and baseLat in NVIDIA/nccl v2.26.2,
-# src/graph/tuning.cc; unchanged in v2.30).
-NVLINK_STEP_LATENCY = PerProtocol(simple=3.4 * US, ll=0.6 * US, ll128=1.9 * US)
-PCIE_STEP_LATENCY = PerProtocol(simple=5.7 * US, ll=1.0 * US, ll128=2.5 * US)
-NET_STEP_LATENCY = PerProtocol(simple=14.0 * US, ll=2.7 * US, ll128=4.0 * US)
-NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US)
+# Per-step latencies of NCCL's cost model, per protocol (Simple, LL, LL128), for its ring and
+# (``tree=``) for its tree, and its base latency per collective (hwLat and baseLat in
+# NVIDIA/nccl v2.26.2, src/graph/tuning.cc; unchanged in v2.30). Measured, the tree's own
+# figures hold: 25.0 us for a small all-reduce on two DGX H100 nodes, 34.8 us on four
+# (benchmarks/published), against 25.2 and 35.2 us from them and 20.4 and 25.8 us from the
+# ring's.
+NVLINK_STEP_LATENCY = PerProtocol(simple=3.4 * US, ll=0.6 * US, ll128=1.9 * US,
+                                  tree=PerProtocol(simple=4.0 * US, ll=0.6 * US, ll128=1.25 * US))
+PCIE_STEP_LATENCY = PerProtocol(simple=5.7 * US, ll=1.0 * US, ll128=2.5 * US,
+                                tree=PerProtocol(simple=4.0 * US, ll=1.0 * US, ll128=1.9 * US))
+NET_STEP_LATENCY = PerProtocol(simple=14.0 * US, ll=2.7 * US, ll128=4.0 * US,
+                               tree=PerProtocol(simple=14.0 * US, ll=5.0 * US, ll128=8.5 * US))
+NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US,
+                                  tree=PerProtocol(simple=8.4 * US, ll=6.8 * US, ll128=14.0 * US))
 # What one GPU sends per second under LL, NCCL's llMaxBw (same file and version): on one
 # node by GPU generation, across nodes by host CPU and node count. DGX H100 hosts have Intel
 # Xeon CPUs (NVIDIA DGX H100 User Guide).
@@ -335,6 +342,10 @@ def _us(latency: float) -> str:
     return f"{latency / US:.4g} us"
 
 
+def _per_protocol(costs: PerProtocol) -> str:
+    return f"Simple {_us(costs.simple)}, LL {_us(costs.ll)}, LL128 {_us(costs.ll128)}"
+
+
 def describe(topology: Topology) -> str:
     """A readable summary: nodes, links grouped by class (bandwidth in GB/s per direction,
     latency in us, the LL and LL128 latencies where a link has them, and the gap per message
@@ -350,7 +361,8 @@ def describe(topology: Topology) -> str:
     lines = [f"{topology.name}: {topology.size} ranks, {len(topology.nodes)} nodes "
              f"({len(others)} without a rank), {len(topology.links)} links"]
     classes = Counter((_pattern(link.src), _pattern(link.dst), link.bandwidth, link.latency,
-                       link.ll_latency, link.ll128_latency, link.gap) for link in topology.links)
+                       link.ll_latency, link.ll128_latency, link.tree_latency, link.gap)
+                      for link in topology.links)
     rows, shown = [], set()
     for key, count in classes.items():
         if key in shown:
@@ -364,15 +376,17 @@ def describe(topology: Topology) -> str:
             rows.append((f"{src} -> {dst}", count, *figures))
     width = max((len(r[0]) for r in rows), default=0)
     lines.append("links (bandwidth per direction, latency per link):")
-    for label, count, bandwidth, latency, ll, ll128, gap in rows:
+    for label, count, bandwidth, latency, ll, ll128, tree, gap in rows:
         protocols = "".join(f"  {name} {_us(seconds)}" for name, seconds in
                             (("LL", ll), ("LL128", ll128)) if seconds is not None)
+        if tree is not None:
+            protocols += f"  (tree: {_per_protocol(tree)})"
         lines.append(f"  {label:<{width}}  {count:>5} links  {_gbps(bandwidth):>12}  "
                      f"{_us(latency):>9}{protocols}" + (f"  gap {_us(gap)}" if gap else ""))
     launch = topology.launch_latency
     if launch != NO_LAUNCH_LATENCY:
-        lines.append(f"launch latency per collective: Simple {_us(launch.simple)}, "
-                     f"LL {_us(launch.ll)}, LL128 {_us(launch.ll128)}")
+        lines.append(f"launch latency per collective: {_per_protocol(launch)}"
+                     + (f" (tree: {_per_protocol(launch.tree)})" if launch.tree else ""))
     if topology.reducing_switches:
         lines.append(f"reduce and multicast in switch (NVLS): "
                      f"{' '.join(topology.reducing_switches[:4])}"

@@ -11,6 +11,8 @@ Two forms. The explicit form lists nodes and links::
     launch_latency = "8.4us"         # what starting one collective costs (NCCL's base
     launch_latency_ll = "6.6us"      # latency) under Simple, LL and LL128 (optional;
     launch_latency_ll128 = "14us"    # default 0; LL's and LL128's default: launch_latency)
+    tree_launch_latency_ll = "6.8us" # NCCL's tree's own, as tree_launch_latency and
+                                     # tree_launch_latency_ll128 (optional; default: as above)
     ll_bandwidth = "39GB/s"          # what one GPU sends per second under LL, all links
                                      # together (optional; default: no limit)
     injection_bandwidth = "418.8GB/s"  # what one GPU's kernels move per second, all
@@ -26,6 +28,8 @@ Two forms. The explicit form lists nodes and links::
     latency = "2us"                  # under the Simple protocol
     latency_ll = "0.3us"             # under LL and LL128 (optional; default: the link's
     latency_ll128 = "0.95us"         # latency, as for Simple)
+    tree_latency = "2us"             # a hop of NCCL's tree, as tree_latency_ll and
+                                     # tree_latency_ll128 (optional; default: as above)
     duplex = true                    # a link entry makes both directions (default true)
     reduce_bandwidth = "2TB/s"       # default: inf (reductions are free)
 
@@ -38,7 +42,7 @@ Two forms. The explicit form lists nodes and links::
     [[link]]
     src = ["gpu0", "gpu1"]           # a name or a list: one link per (src, dst) pair
     dst = "sw"
-    latency = "1us"                  # overrides [defaults]; so may latency_ll, latency_ll128
+    latency = "1us"                  # overrides [defaults]; so may latency_ll, tree_latency...
     gap = "0.5us"                    # seconds each message holds the link besides its
                                      # bytes (LogGP's g; default 0)
 
@@ -49,15 +53,18 @@ Instead of ``gpus`` and ``switches`` a file may list ``nodes`` (every node, in o
     ranks = 8
     bandwidth = "370.8GB/s"
     latency = "3.4us"
-    latency_ll = "0.6us"             # optional, as latency_ll128; hierarchical takes
-                                     # intra_latency_ll, inter_latency_ll128, ...
+    latency_ll = "0.6us"             # optional, as latency_ll128, latency_tree,
+                                     # latency_tree_ll, latency_tree_ll128; hierarchical takes
+                                     # intra_latency_ll, inter_latency_tree, ...
     reduce_bandwidth = "3350GB/s"
     launch_latency = "8.4us"         # optional, as in the explicit form (ll_bandwidth and
                                      # the switch keys too)
 
 A link's LL or LL128 latency that no key gives is None: the link's ``latency`` (Simple's)
-applies. In the builder form, giving one of a latency's LL and LL128 figures builds with
-``PerProtocol`` latencies, and the one not given takes the Simple figure. Bandwidths and
+applies. A link with no tree latency key has none (its tree messages take its other
+latencies); one with some takes the others from its own latency under that protocol. In the
+builder form, giving one of a latency's LL and LL128 figures builds with ``PerProtocol``
+latencies, and the one not given takes the Simple figure; the tree's likewise. Bandwidths and
 latencies need units (``100GB/s``, ``400Gbps``, ``2us``). Mistakes raise
 ``TopologyFileError`` naming the file and the key. ``dump_topology`` writes the explicit form,
 exactly: loading what it wrote gives an equal ``Topology``.
@@ -91,20 +98,26 @@ class TopologyFileError(ValueError):
 
 # -- reading ----------------------------------------------------------------------------------
 
-# Top-level keys of the launch latency per protocol, in PerProtocol's field order.
+# Top-level keys of the launch latency per protocol, in PerProtocol's field order, and of
+# NCCL's tree's own.
 _LAUNCH_KEYS = ("launch_latency", "launch_latency_ll", "launch_latency_ll128")
+_TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
+                     "tree_launch_latency_ll128")
 # Keys of what the machine does besides its links, in both forms.
 _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth")
-_MACHINE_KEYS = (*_LAUNCH_KEYS, *_RATE_KEYS, "reducing_switches", "switch_efficiency",
-                 "switch_latency")
+_MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "reducing_switches",
+                 "switch_efficiency", "switch_latency")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
 _PROTOCOL_LATENCIES = (("latency_ll", "ll_latency"), ("latency_ll128", "ll128_latency"))
-_DEFAULTS_KEYS = ("bandwidth", "latency", "latency_ll", "latency_ll128", "gap", "duplex",
-                  "reduce_bandwidth")
-_LINK_KEYS = ("src", "dst", "bandwidth", "latency", "latency_ll", "latency_ll128", "gap",
-              "duplex")
+# A link's optional tree latencies: file key -> ``PerProtocol`` field of ``tree_latency``.
+_TREE_LATENCIES = (("tree_latency", "simple"), ("tree_latency_ll", "ll"),
+                   ("tree_latency_ll128", "ll128"))
+_DEFAULTS_KEYS = ("bandwidth", "latency", "latency_ll", "latency_ll128",
+                  *(key for key, _ in _TREE_LATENCIES), "gap", "duplex", "reduce_bandwidth")
+_LINK_KEYS = ("src", "dst", "bandwidth", "latency", "latency_ll", "latency_ll128",
+              *(key for key, _ in _TREE_LATENCIES), "gap", "duplex")
 
 
 class _Reader:
@@ -293,12 +306,18 @@ def _read_rate(reader: _Reader, data: dict[str, Any], key: str) -> float:
 
 def _read_launch(reader: _Reader, data: dict[str, Any]) -> PerProtocol:
     """The launch latency per protocol: ``launch_latency`` (default 0) for Simple, and for LL
-    and LL128 their own key or else the Simple figure."""
+    and LL128 their own key or else the Simple figure; the tree's, if any of its keys is
+    given, each its own key or else the figure for every algorithm."""
     simple_key, ll_key, ll128_key = _LAUNCH_KEYS
     simple = reader.latency(data[simple_key], simple_key) if simple_key in data else 0.0
     ll, ll128 = (reader.latency(data[key], key) if key in data else simple
                  for key in (ll_key, ll128_key))
-    return PerProtocol(simple, ll, ll128)
+    launch = PerProtocol(simple, ll, ll128)
+    if not any(key in data for key in _TREE_LAUNCH_KEYS):
+        return launch
+    tree = (reader.latency(data[key], key) if key in data else fallback
+            for key, fallback in zip(_TREE_LAUNCH_KEYS, (simple, ll, ll128)))
+    return replace(launch, tree=PerProtocol(*tree))
 
 
 def _read_nodes(reader: _Reader, data: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -347,6 +366,7 @@ def _read_defaults(reader: _Reader, table: dict[str, Any]) -> dict[str, Any]:
     reader.check_keys(table, _DEFAULTS_KEYS, "defaults.")
     parsers = {"bandwidth": reader.bandwidth, "latency": reader.latency,
                "latency_ll": reader.latency, "latency_ll128": reader.latency,
+               **{key: reader.latency for key, _ in _TREE_LATENCIES},
                "gap": reader.latency, "duplex": reader.flag,
                "reduce_bandwidth": reader.bandwidth}
     return {key: parsers[key](value, f"defaults.{key}") for key, value in table.items()}
@@ -378,6 +398,14 @@ def _read_link(reader: _Reader, entry: dict[str, Any], where: str, defaults: dic
     protocols = {field: (reader.latency(entry[key], f"{where}.{key}") if key in entry
                          else defaults.get(key))
                  for key, field in _PROTOCOL_LATENCIES}
+    tree = [reader.latency(entry[key], f"{where}.{key}") if key in entry else defaults.get(key)
+            for key, _ in _TREE_LATENCIES]
+    if any(seconds is not None for seconds in tree):
+        simple = figures["latency"]
+        own = (simple, *(simple if protocols[field] is None else protocols[field]
+                         for _, field in _PROTOCOL_LATENCIES))
+        protocols["tree_latency"] = PerProtocol(*(
+            fallback if seconds is None else seconds for seconds, fallback in zip(tree, own)))
     links = []
     for src in ends["src"]:
         for dst in ends["dst"]:
@@ -410,6 +438,7 @@ _BUILDERS: Mapping[str, tuple[Callable[..., Topology], tuple[_Param, ...]]] = (
             ("nic_per_gpu", "flag", False), ("reduce_bandwidth", "bandwidth", False))),
     }))
 _PROTOCOL_SUFFIXES = ("_ll", "_ll128")
+_TREE_SUFFIXES = ("_tree", "_tree_ll", "_tree_ll128")
 
 
 def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
@@ -419,7 +448,8 @@ def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     build, params = _BUILDERS[kind]
     latencies = [key for key, parse, _ in params if parse == "latency"]
     reader.check_keys(data, ("kind", "name", *(p[0] for p in params),
-                             *(key + suffix for key in latencies for suffix in _PROTOCOL_SUFFIXES),
+                             *(key + suffix for key in latencies
+                               for suffix in _PROTOCOL_SUFFIXES + _TREE_SUFFIXES),
                              *_MACHINE_KEYS, "compute_speed"), "")
     kwargs: dict[str, Any] = {}
     for key, parse, required in params:
@@ -430,10 +460,17 @@ def _from_builder(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     for key in latencies:
         given = [reader.latency(data[key + suffix], key + suffix)
                  if key + suffix in data else None for suffix in _PROTOCOL_SUFFIXES]
-        if any(seconds is not None for seconds in given):
+        tree = [reader.latency(data[key + suffix], key + suffix)
+                if key + suffix in data else None for suffix in _TREE_SUFFIXES]
+        if any(seconds is not None for seconds in given + tree):
             simple = kwargs[key]
             ll, ll128 = (simple if seconds is None else seconds for seconds in given)
-            kwargs[key] = PerProtocol(simple, ll, ll128)
+            latency = PerProtocol(simple, ll, ll128)
+            if any(seconds is not None for seconds in tree):
+                latency = replace(latency, tree=PerProtocol(*(
+                    fallback if seconds is None else seconds
+                    for seconds, fallback in zip(tree, (simple, ll, ll128)))))
+            kwargs[key] = latency
     machine = _read_machine(reader, data)
     try:
         topology = build(**kwargs)
@@ -505,6 +542,10 @@ def _most_common(values: Iterable[Any]) -> Any:
     return Counter(values).most_common(1)[0][0]
 
 
+def _tree_figure(link: Link, field: str) -> float | None:
+    return None if link.tree_latency is None else getattr(link.tree_latency, field)
+
+
 def dump_topology(topology: Topology) -> str:
     """The topology as a topology file in the explicit form.
 
@@ -535,6 +576,10 @@ def dump_topology(topology: Topology) -> str:
         for key, seconds in ((ll_key, launch.ll), (ll128_key, launch.ll128)):
             if seconds != launch.simple:
                 doc[key] = format_latency(seconds)
+        if launch.tree is not None:
+            for key, seconds in zip(_TREE_LAUNCH_KEYS, (launch.tree.simple, launch.tree.ll,
+                                                        launch.tree.ll128)):
+                doc[key] = format_latency(seconds)
     for key in _RATE_KEYS:
         rate = getattr(topology, key)
         if math.isfinite(rate):
@@ -555,11 +600,16 @@ def dump_topology(topology: Topology) -> str:
         for _, field in _PROTOCOL_LATENCIES:
             values = [getattr(link, field) for link in links]
             figures[field] = None if None in values else _most_common(values)
+        for key, field in _TREE_LATENCIES:
+            values = [_tree_figure(link, field) for link in links]
+            figures[key] = None if None in values else _most_common(values)
         figures["gap"] = _most_common(link.gap for link in links)
         defaults = {"bandwidth": format_bandwidth(figures["bandwidth"]),
                     "latency": format_latency(figures["latency"]),
                     **{key: format_latency(figures[field]) for key, field in _PROTOCOL_LATENCIES
                        if figures[field] is not None},
+                    **{key: format_latency(figures[key]) for key, _ in _TREE_LATENCIES
+                       if figures[key] is not None},
                     **({"gap": format_latency(figures["gap"])} if figures["gap"] else {}),
                     **defaults}
     doc["defaults"] = defaults
@@ -584,6 +634,10 @@ def dump_topology(topology: Topology) -> str:
             value = getattr(link, field)
             if value != figures[field]:  # None only where the default is None too
                 entry[key] = write(value)
+        for key, field in _TREE_LATENCIES:
+            value = _tree_figure(link, field)
+            if value is not None and value != figures[key]:
+                entry[key] = format_latency(value)
         if i + 1 < len(links) and links[i + 1] == replace(link, src=link.dst, dst=link.src):
             i += 2
         else:

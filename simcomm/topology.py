@@ -48,6 +48,9 @@ class Link:
     # Latencies under the LL and LL128 protocols (seconds); None: ``latency``, Simple's.
     ll_latency: float | None = None
     ll128_latency: float | None = None
+    # A hop of NCCL's tree, under each protocol: NCCL's cost model gives its tree latencies
+    # of their own (hwLat's Tree row, src/graph/tuning.cc). None: as every other message.
+    tree_latency: PerProtocol | None = None
 
     def __post_init__(self) -> None:
         if not self.bandwidth > 0:
@@ -64,9 +67,15 @@ class Link:
         for name in ("ll_latency", "ll128_latency"):
             if getattr(self, name) is not None:
                 _check_seconds(getattr(self, name), f"link {self.src}->{self.dst}: {name}")
+        if self.tree_latency is not None and type(self.tree_latency) is not PerProtocol:
+            raise TypeError(f"link {self.src}->{self.dst}: tree_latency must be a PerProtocol "
+                            f"or None, got {self.tree_latency!r}")
 
-    def latency_of(self, protocol: Protocol) -> float:
-        """Seconds a message's tail takes across this link under ``protocol``."""
+    def latency_of(self, protocol: Protocol, algorithm: str = "") -> float:
+        """Seconds a message's tail takes across this link under ``protocol``, sent by
+        ``algorithm`` (``tree``: ``tree_latency``, where the link has one)."""
+        if algorithm == "tree" and self.tree_latency is not None:
+            return self.tree_latency.of(protocol)
         latency = (self.ll_latency if protocol is Protocol.LL else
                    self.ll128_latency if protocol is Protocol.LL128 else None)
         return self.latency if latency is None else latency
@@ -74,19 +83,31 @@ class Link:
 
 @dataclass(frozen=True)
 class PerProtocol:
-    """A cost in seconds under each of NCCL's protocols (``algorithms.Protocol``)."""
+    """A cost in seconds under each of NCCL's protocols (``algorithms.Protocol``), and
+    optionally NCCL's tree's own (``tree``; None: the same as every algorithm's)."""
 
     simple: float
     ll: float
     ll128: float
+    tree: PerProtocol | None = None
 
     def __post_init__(self) -> None:
         for protocol in Protocol:
             _check_seconds(getattr(self, protocol.value), f"{protocol.value} latency")
+        if self.tree is not None and type(self.tree) is not PerProtocol:
+            raise TypeError(f"PerProtocol.tree must be a PerProtocol or None, got {self.tree!r}")
 
-    def of(self, protocol: Protocol) -> float:
-        """The cost under ``protocol``."""
+    def of(self, protocol: Protocol, algorithm: str = "") -> float:
+        """The cost under ``protocol`` for ``algorithm`` (``tree``: ``tree``'s, if set)."""
+        if algorithm == "tree" and self.tree is not None:
+            return self.tree.of(protocol)
         return getattr(self, protocol.value)
+
+    def scaled(self, factor: float, extra: float = 0.0) -> PerProtocol:
+        """Every cost times ``factor``, plus ``extra`` seconds."""
+        return PerProtocol(self.simple * factor + extra, self.ll * factor + extra,
+                           self.ll128 * factor + extra,
+                           None if self.tree is None else self.tree.scaled(factor, extra))
 
 
 NO_LAUNCH_LATENCY = PerProtocol(0.0, 0.0, 0.0)
@@ -397,7 +418,9 @@ class Topology:
                           ll_latency=None if link.ll_latency is None
                           else link.ll_latency * latency,
                           ll128_latency=None if link.ll128_latency is None
-                          else link.ll128_latency * latency)
+                          else link.ll128_latency * latency,
+                          tree_latency=None if link.tree_latency is None
+                          else link.tree_latency.scaled(latency))
                   if (link.src, link.dst) in ends else link for link in self.links]
         return replace(self, links=tuple(scaled))
 
@@ -416,7 +439,9 @@ class Topology:
                               ll_latency=None if link.ll_latency is None
                               else link.ll_latency + float(e),
                               ll128_latency=None if link.ll128_latency is None
-                              else link.ll128_latency + float(e))
+                              else link.ll128_latency + float(e),
+                              tree_latency=None if link.tree_latency is None
+                              else link.tree_latency.scaled(1.0, float(e)))
                       for link, e in zip(self.links, extra))
         return replace(self, name=f"{self.name}+jitter", links=links)
 
@@ -430,10 +455,13 @@ def duplex(a: str, b: str, bandwidth: float, latency: float | PerProtocol,
 
 def _link_with(src: str, dst: str, bandwidth: float, latency: float | PerProtocol,
               share: float = 1.0) -> Link:
-    """A link with ``share`` of ``latency``: seconds, or seconds per protocol."""
+    """A link with ``share`` of ``latency``: seconds, or seconds per protocol (and for
+    NCCL's tree, if given)."""
     if isinstance(latency, PerProtocol):
         return Link(src, dst, bandwidth, latency.simple * share,
-                    ll_latency=latency.ll * share, ll128_latency=latency.ll128 * share)
+                    ll_latency=latency.ll * share, ll128_latency=latency.ll128 * share,
+                    tree_latency=None if latency.tree is None
+                    else latency.tree.scaled(share))
     return Link(src, dst, bandwidth, latency * share)
 
 

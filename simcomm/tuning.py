@@ -119,7 +119,7 @@ class ModelTuner:
     def estimate(self, collective: str, choice: Choice, nbytes: int) -> float:
         """Estimated seconds of ``collective`` of ``nbytes`` per rank run as ``choice``."""
         p, protocol = self.topology.size, choice.protocol
-        launch = self.topology.launch_latency.of(protocol)
+        launch = self.topology.launch_latency.of(protocol, choice.algorithm)
         if p == 1:
             return launch
         comm = Comm(0, p, self.topology.local_size)
@@ -245,7 +245,7 @@ class ModelTuner:
             else:
                 src, dst, ways = _ring_edges(self._ring_orders(kind, comm, channels))
             routes = self.topology.route_matrix(src, dst)
-            latency, per_byte = self._route_costs(routes, protocol, channels)
+            latency, per_byte = self._route_costs(routes, protocol, channels, kind)
             links = self.topology.links
             bandwidth = np.array([link.bandwidth for link in links] + [np.inf])
             crossing = np.bincount(routes[routes >= 0], minlength=len(links) + 1)
@@ -289,16 +289,17 @@ class ModelTuner:
             ways.append(np.array(way, dtype=np.int64))
         return np.concatenate(src), np.concatenate(dst), ways
 
-    def _route_costs(self, routes: np.ndarray, protocol: Protocol, channels: int
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        """Per route (a row of link indices, -1 padded): its latency under ``protocol``,
+    def _route_costs(self, routes: np.ndarray, protocol: Protocol, channels: int,
+                     algorithm: str = "") -> tuple[np.ndarray, np.ndarray]:
+        """Per route (a row of link indices, -1 padded): its latency under ``protocol``
+        (and ``algorithm``: ``tree`` has its own),
         and the seconds per byte of one channel's message along it: its slowest link's data
         rate, or the channel's share of its GPU's rate if that is less."""
         links = self.topology.links
         used = np.unique(routes[routes >= 0])
         latency_of, bandwidth_of = np.zeros(len(links) + 1), np.full(len(links) + 1, np.inf)
         for i in used.tolist():
-            latency_of[i] = links[i].latency_of(protocol)
+            latency_of[i] = links[i].latency_of(protocol, algorithm)
             bandwidth_of[i] = links[i].bandwidth
         rate = WIRE_EFFICIENCY[protocol] * bandwidth_of[routes].min(axis=1, initial=np.inf)
         rate = np.minimum(rate, self.topology.channel_rate(protocol, channels))

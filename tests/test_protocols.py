@@ -9,11 +9,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from algorithms import Launch, Protocol, Recv, Send, Wait, nccl_ring_allreduce
+from algorithms import (
+    Launch, Protocol, Recv, Send, Wait, nccl_ring_allreduce, nccl_tree_allreduce,
+)
 from algorithms.nccl import as_protocol
 from simcomm import SizeOnly, simulate
 from simcomm.presets import NCCL_LAUNCH_LATENCY, make_preset
-from simcomm.topology import Link, PerProtocol, Topology, fully_connected
+from simcomm.topology import WIRE_EFFICIENCY, Link, PerProtocol, Topology, fully_connected
+from simcomm.tuning import Choice, ModelTuner
 
 BANDWIDTH = 1e9  # bytes/second
 LATENCIES = PerProtocol(simple=5e-6, ll=1e-6, ll128=2e-6)
@@ -149,3 +152,24 @@ def test_protocols_are_named_or_refused_with_the_known_names() -> None:
         PerProtocol(1e-6, -1e-6, 1e-6)
     with pytest.raises(ValueError, match="ll128_latency must be finite seconds >= 0"):
         Link("a", "b", 1e9, 1e-6, ll128_latency=float("nan"))
+
+
+@pytest.mark.parametrize("protocol", list(Protocol))
+def test_a_tree_pays_the_trees_own_hop_and_launch_latencies(protocol) -> None:
+    # NCCL's cost model gives its tree latencies of its own (hwLat's and baseLat's Tree
+    # rows). On two ranks each channel's tree is one hop up and one down.
+    hop = PerProtocol(simple=20e-6, ll=9e-6, ll128=11e-6)
+    launch = replace(LAUNCH, tree=PerProtocol(simple=1e-6, ll=2e-6, ll128=3e-6))
+    topology = replace(fully_connected(2, BANDWIDTH, replace(LATENCIES, tree=hop)),
+                       launch_latency=launch)
+    inputs = [SizeOnly(2, np.float32)] * 2  # one float per channel
+    wire = 4 / (BANDWIDTH * WIRE_EFFICIENCY[protocol])
+    tree = simulate(nccl_tree_allreduce, inputs, topology, protocol=protocol)
+    assert tree.time == pytest.approx(launch.tree.of(protocol) + 2 * (hop.of(protocol) + wire),
+                                      rel=1e-9)
+    tuner = ModelTuner(topology).estimate("allreduce", Choice("tree", protocol, 2), 8)
+    assert tuner == pytest.approx(tree.time, rel=1e-9)
+    # the ring keeps the figures for every algorithm
+    ring = simulate(nccl_ring_allreduce, inputs, topology, protocol=protocol, channels=1)
+    assert ring.time == pytest.approx(LAUNCH.of(protocol) + 2 * (LATENCIES.of(protocol) + wire),
+                                      rel=1e-9)

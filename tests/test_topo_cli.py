@@ -102,8 +102,11 @@ def test_topo_show_gives_protocol_latencies_where_there_are_some(
     assert "gpuN <-> switch      8 links      100 GB/s     2.5 us  LL 0.5 us  LL128 2.5 us\n" in out
     assert "launch latency per collective: Simple 8 us, LL 8 us, LL128 12 us\n" in out
     status, out, _ = run(capsys, "topo", "show", "dgx-h100")
-    assert "1.7 us  LL 0.3 us  LL128 0.95 us\n" in out
-    assert "launch latency per collective: Simple 8.4 us, LL 6.6 us, LL128 14 us\n" in out
+    # NCCL's tree has hop and launch latencies of its own (hwLat, baseLat)
+    assert ("1.7 us  LL 0.3 us  LL128 0.95 us  (tree: Simple 2 us, LL 0.3 us, LL128 0.625 us)\n"
+            in out)
+    assert ("launch latency per collective: Simple 8.4 us, LL 6.6 us, LL128 14 us "
+            "(tree: Simple 8.4 us, LL 6.8 us, LL128 14 us)\n") in out
     path.write_text(SWITCH_FILE, encoding="utf-8")
     status, out, _ = run(capsys, "topo", "show", str(path))
     assert status == 0 and " LL" not in out and "launch latency" not in out

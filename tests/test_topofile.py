@@ -121,6 +121,59 @@ def test_protocol_latencies_read_from_defaults_and_links():
     assert parse_topology(dump_topology(topology)) == topology
 
 
+def test_tree_latencies_read_from_defaults_and_links_the_rest_from_the_link():
+    text = """\
+gpus = ["gpu0", "gpu1"]
+switches = ["sw"]
+launch_latency = "8us"
+tree_launch_latency_ll = "6.8us"
+
+[defaults]
+bandwidth = "10GB/s"
+latency = "2us"
+latency_ll = "0.5us"
+tree_latency_ll128 = "4us"
+
+[[link]]
+src = "gpu0"
+dst = "sw"
+latency_ll128 = "1us"
+
+[[link]]
+src = "gpu1"
+dst = "sw"
+latency = "3us"
+latency_ll = "0.25us"
+tree_latency = "9us"
+"""
+    topology = parse_topology(text)
+    first, third = topology.links[0], topology.links[2]
+    # the tree's LL and Simple figures not given: the link's own under those protocols
+    assert first.tree_latency == PerProtocol(2e-6, 0.5e-6, 4e-6)
+    assert third.tree_latency == PerProtocol(9e-6, 0.25e-6, 4e-6)
+    assert first.latency_of(Protocol.LL128, "tree") == 4e-6
+    assert first.latency_of(Protocol.LL128, "ring") == 1e-6
+    assert topology.launch_latency == PerProtocol(8e-6, 8e-6, 8e-6,
+                                                  tree=PerProtocol(8e-6, 6.8e-6, 8e-6))
+    assert topology.launch_latency.of(Protocol.LL, "tree") == 6.8e-6
+    assert parse_topology(dump_topology(topology)) == topology
+
+
+def test_builder_form_takes_tree_latencies():
+    text = """
+kind = "switch"
+ranks = 4
+bandwidth = "100GB/s"
+latency = "4us"
+latency_tree_ll128 = "3us"
+"""
+    topology = parse_topology(text, default_name="box")
+    built = switch(4, 100e9, PerProtocol(4e-6, 4e-6, 4e-6,
+                                         tree=PerProtocol(4e-6, 4e-6, 3e-6)))
+    assert topology.links == built.links
+    assert topology.links[0].tree_latency == PerProtocol(2e-6, 2e-6, 1.5e-6)
+
+
 def test_launch_latency_alone_applies_to_every_protocol_and_round_trips():
     text = GOOD_HEAD + 'launch_latency = "5us"\n' + GOOD_LINK
     topology = parse_topology(text)
@@ -416,6 +469,7 @@ NAMES = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=
 BANDWIDTHS = st.floats(min_value=0.0, exclude_min=True, allow_nan=False)
 LATENCIES = st.floats(min_value=0.0, max_value=1e3, allow_nan=False)
 PROTOCOL_LATENCIES = st.none() | LATENCIES
+TREE_LATENCIES = st.none() | st.builds(PerProtocol, LATENCIES, LATENCIES, LATENCIES)
 
 
 @st.composite
@@ -432,13 +486,13 @@ def topologies(draw: st.DrawFn) -> Topology:
                        draw(PROTOCOL_LATENCIES))]
     extra = draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names),
                                     BANDWIDTHS, LATENCIES, LATENCIES, PROTOCOL_LATENCIES,
-                                    PROTOCOL_LATENCIES), max_size=6))
-    links += [Link(a, b, bw, lat, gap, ll, ll128)
-              for a, b, bw, lat, gap, ll, ll128 in extra if a != b]
+                                    PROTOCOL_LATENCIES, TREE_LATENCIES), max_size=6))
+    links += [Link(a, b, bw, lat, gap, ll, ll128, tree)
+              for a, b, bw, lat, gap, ll, ll128, tree in extra if a != b]
     links = draw(st.permutations(links))
     reduce = draw(st.lists(BANDWIDTHS, min_size=len(ranks), max_size=len(ranks)))
     launch = draw(st.just(NO_LAUNCH_LATENCY) | st.builds(PerProtocol, LATENCIES, LATENCIES,
-                                                           LATENCIES))
+                                                           LATENCIES, TREE_LATENCIES))
     return Topology(draw(NAMES), tuple(names), tuple(links), tuple(ranks), tuple(reduce),
                     launch_latency=launch)
 
