@@ -122,30 +122,11 @@ def test_protocol_latencies_read_from_defaults_and_links():
 
 
 def test_tree_latencies_read_from_defaults_and_links_the_rest_from_the_link():
-    text = """\
-gpus = ["gpu0", "gpu1"]
-switches = ["sw"]
-launch_latency = "8us"
-tree_launch_latency_ll = "6.8us"
-
-[defaults]
-bandwidth = "10GB/s"
-latency = "2us"
-latency_ll = "0.5us"
-tree_latency_ll128 = "4us"
-
-[[link]]
-src = "gpu0"
-dst = "sw"
-latency_ll128 = "1us"
-
-[[link]]
-src = "gpu1"
-dst = "sw"
-latency = "3us"
-latency_ll = "0.25us"
-tree_latency = "9us"
-"""
+    # the protocol file with tree figures: a launch's, a default one and one link's
+    text = (PROTOCOL_FILE.replace('launch_latency_ll128 = "12us"\n',
+                                  'tree_launch_latency_ll = "6.8us"\n')
+            .replace('latency_ll = "0.5us"\n', 'latency_ll = "0.5us"\ntree_latency_ll128 = "4us"\n')
+            + 'tree_latency = "9us"\n')
     topology = parse_topology(text)
     first, third = topology.links[0], topology.links[2]
     # the tree's LL and Simple figures not given: the link's own under those protocols
