@@ -223,16 +223,20 @@ class _Simulation(Interpreter):
         self.piped = any(math.isfinite(topology.channel_rate(protocol, 1))
                          for protocol in Protocol)
         self.share = [1] * self.size  # channels of each rank's latest Launch
-        self.in_tree = [False] * self.size  # whether that Launch is NCCL's tree's
-        self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol, bool], Route] = {}
+        self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
         self.pipes: dict[tuple[int, Hashable], int] = {}
         # Per protocol, (src, dst) -> per link of the route: (index, ticks per byte, latency,
         # gap). Simple's table is looked up without the protocol: hashing an enum member is a
         # Python call, a tenth of a microsecond on every message.
         self.simple_routes: dict[tuple[int, int], Route] = {}
         self.routes = {Protocol.SIMPLE: self.simple_routes, Protocol.LL: {}, Protocol.LL128: {}}
-        self.tree_routes: dict[Protocol, dict[tuple[int, int], Route]] = {
-            protocol: {} for protocol in Protocol}
+        # The same tables for NCCL's tree, whose hops have latencies of their own; each
+        # rank's latest Launch picks the tables its sends look up (set once per collective).
+        self.tree_routes = {protocol: {} for protocol in Protocol}
+        self.tree_piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
+        self.simple_routes_of = [self.simple_routes] * self.size
+        self.routes_of = [self.routes] * self.size
+        self.piped_routes_of = [self.piped_routes] * self.size
         self.memory_free = [0] * self.size  # ticks
         self.compute_speed = [topology.speed_of(rank) for rank in range(self.size)]
         self.compute_free = [0] * self.size
@@ -306,13 +310,12 @@ class _Simulation(Interpreter):
             self.trace.append(TraceEvent("send", src, task.channel, now / TICKS_PER_SECOND,
                                          math.nan, dst, h.nbytes, op.label, message))
         protocol = op.protocol
-        if self.in_tree[src]:
-            routes = self.tree_routes[protocol]
-        else:
-            routes = self.simple_routes if protocol is _SIMPLE else self.routes[protocol]
+        routes = (self.simple_routes_of[src] if protocol is _SIMPLE
+                  else self.routes_of[src][protocol])
         route = routes.get((src, dst))
         if route is None:
-            route = routes[(src, dst)] = self._route(src, dst, protocol, self.in_tree[src])
+            in_tree = self.routes_of[src] is self.tree_routes
+            route = routes[(src, dst)] = self._route(src, dst, protocol, in_tree)
         if self.piped:
             route = self._through_pipe(src, dst, task.channel, protocol, route)
         h.route, h.hop, h.tail = route, 0, _NEVER
@@ -358,8 +361,9 @@ class _Simulation(Interpreter):
                       route: Route) -> Route:
         # One pipe per (rank, channel), whatever the peer and the protocol.
         share = self.share[src]
-        key = (src, dst, channel, share, protocol, self.in_tree[src])
-        piped = self.piped_routes.get(key)
+        key = (src, dst, channel, share, protocol)
+        piped_routes = self.piped_routes_of[src]
+        piped = piped_routes.get(key)
         if piped is None:
             rate = self.topology.channel_rate(protocol, share)
             if math.isinf(rate):
@@ -371,7 +375,7 @@ class _Simulation(Interpreter):
                     for per_link in (self.link_free, self.link_bytes, self.link_busy):
                         per_link.append(0)
                 piped = ((pipe, TICKS_PER_SECOND / rate, 0, 0), *route)
-            self.piped_routes[key] = piped
+            piped_routes[key] = piped
         return piped
 
     def _cross(self, h: _Handle, head: int) -> None:
@@ -730,7 +734,10 @@ class _Simulation(Interpreter):
         if task.rank == 0:
             self.launches.append(op)
         self.share[task.rank] = op.channels
-        self.in_tree[task.rank] = op.algorithm == "tree"
+        tree = op.algorithm == "tree"
+        self.routes_of[task.rank] = self.tree_routes if tree else self.routes
+        self.simple_routes_of[task.rank] = self.routes_of[task.rank][Protocol.SIMPLE]
+        self.piped_routes_of[task.rank] = self.tree_piped_routes if tree else self.piped_routes
         latency = _ticks(self.topology.launch_latency.of(op.protocol, op.algorithm))
         if self.record and latency:
             now = self.env.now / TICKS_PER_SECOND
