@@ -104,7 +104,8 @@ class Handle:
     compare by identity, so a task's outstanding handles can be a dict.
     """
 
-    __slots__ = ("task", "is_send", "peer", "buf", "reduce", "label", "waited", "span", "seq")
+    __slots__ = ("task", "is_send", "peer", "buf", "reduce", "label", "waited", "span", "seq",
+                 "done")
 
     def __init__(self, task: Task, is_send: bool, peer: int, buf: Any,
                  reduce: ReduceOp | None, label: str, span: Span | None = None) -> None:
@@ -114,6 +115,9 @@ class Handle:
         self.waited = False
         self.span = span  # None: the buffer has no memory to guard (size-only)
         self.seq = 0  # posting order among the rank's guarded handles
+        # Whether the transport has completed it: the simulator knows; realcomm's waits ask
+        # torch instead and leave it False.
+        self.done = False
         task.outstanding[self] = None
 
     def describe(self) -> str:
@@ -143,6 +147,10 @@ class Interpreter(ABC):
         self.in_flight: dict[int, dict[Handle, None]] = {}
         self.posted = 0
         self.live_channels: set[tuple[int, Hashable]] = set()
+        # on_block as step calls it: None where a transport has nothing to do when a task
+        # blocks (the simulator), which spares a call per blocking op on its hot path.
+        self.block_hook = (None if type(self).on_block is Interpreter.on_block
+                           else self.on_block)
         self.handlers: dict[type, Callable[[Any, Any], Any]] = {
             Send: self.send, Recv: self.recv, Multicast: self.multicast,
             RecvReduce: self.recv_reduce, Wait: self.wait, Compute: self.compute,
@@ -243,7 +251,8 @@ class Interpreter(ABC):
         # The op budget is kept in a local while the task runs. A child that a Spawn runs
         # meanwhile counts against the same stored budget and this task then writes its own
         # back, so the child's first ops go uncounted: the bound is loose, never tighter.
-        handlers, send, left = self.handlers, task.gen.send, self.ops_left
+        handlers, send, left, block_hook = (self.handlers, task.gen.send, self.ops_left,
+                                            self.block_hook)
         while True:
             try:
                 op = send(value)
@@ -268,7 +277,8 @@ class Interpreter(ABC):
             value = handler(task, op)
             if value is BLOCKED:
                 self.ops_left = left
-                self.on_block(task)
+                if block_hook is not None:
+                    block_hook(task)
                 return
 
     def finish(self, task: Task, result: Any) -> None:
@@ -323,8 +333,10 @@ class Interpreter(ABC):
             raise ProtocolError(f"rank {task.rank} posted a {what} with peer {peer}, but the "
                                 f"world has {self.size} ranks")
 
-    def accept_wait(self, task: Task, handles: tuple[Any, ...]) -> None:
-        """Check that ``task`` may wait on ``handles`` and mark them waited."""
+    def accept_wait(self, task: Task, handles: tuple[Any, ...]) -> int:
+        """Check that ``task`` may wait on ``handles`` and mark them waited; return how many
+        of them are not done."""
+        pending = 0
         for h in handles:
             if not isinstance(h, Handle):
                 raise ProtocolError(f"rank {task.rank} waited on {h!r}, which is not a Send "
@@ -336,12 +348,15 @@ class Interpreter(ABC):
                 raise ProtocolError(f"rank {task.rank} waited twice on its {h.describe()}")
             h.waited = True
             del task.outstanding[h]
+            if not h.done:
+                pending += 1
         if self.in_flight:  # buffers with memory (not size-only runs)
             flight = self.in_flight.get(task.rank)
             if flight:
                 self._check_landing(task, handles, flight)
                 for h in handles:
                     flight.pop(h, None)
+        return pending
 
     def check_copy(self, task: Task, op: Copy | Combine) -> None:
         """A copy or a combine is between buffers of equal length and dtype."""

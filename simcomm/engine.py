@@ -121,7 +121,7 @@ class _Handle(Handle):
     hundreds of times per 100k messages and took about a third of a large run.
     """
 
-    __slots__ = ("nbytes", "data", "recv", "matched", "done", "arrived", "posted",
+    __slots__ = ("nbytes", "data", "recv", "matched", "arrived", "posted",
                  "message", "route", "hop", "tail", "trace_index", "in_switch", "group")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
@@ -140,7 +140,7 @@ class _Handle(Handle):
         self.data: np.ndarray | None = None  # the message's data; None for size-only runs
         self.recv: _Handle | None = None
         self.matched = False
-        self.done = self.arrived = False
+        self.done = self.arrived = False  # done: Handle's
         self.posted = posted
         # A Send's in_switch; a Recv's RecvReduce (a _Reduction), if it is one's receive.
         self.in_switch = False
@@ -225,7 +225,7 @@ class _Simulation(Interpreter):
         self.share = [1] * self.size  # channels of each rank's latest Launch
         self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
         self.pipes: dict[tuple[int, Hashable], int] = {}
-        # Per protocol, (src, dst) -> per link of the route: (index, ticks per byte, latency,
+        # Per protocol, src * size + dst -> per link of the route: (index, ticks per byte, latency,
         # gap). Simple's table is looked up without the protocol: hashing an enum member is a
         # Python call, a tenth of a microsecond on every message.
         self.simple_routes: dict[tuple[int, int], Route] = {}
@@ -312,10 +312,11 @@ class _Simulation(Interpreter):
         protocol = op.protocol
         routes = (self.simple_routes_of[src] if protocol is _SIMPLE
                   else self.routes_of[src][protocol])
-        route = routes.get((src, dst))
+        key = src * self.size + dst  # an int hashes quicker than a (src, dst) tuple
+        route = routes.get(key)
         if route is None:
             in_tree = self.routes_of[src] is self.tree_routes
-            route = routes[(src, dst)] = self._route(src, dst, protocol, in_tree)
+            route = routes[key] = self._route(src, dst, protocol, in_tree)
         if self.piped:
             route = self._through_pipe(src, dst, task.channel, protocol, route)
         h.route, h.hop, h.tail = route, 0, _NEVER
@@ -633,11 +634,7 @@ class _Simulation(Interpreter):
     # -- waiting -------------------------------------------------------------------------
 
     def wait(self, task: _Task, op: Wait) -> Any:
-        self.accept_wait(task, op.handles)
-        pending = 0
-        for h in op.handles:
-            if not h.done:
-                pending += 1
+        pending = self.accept_wait(task, op.handles)
         if pending == 0:
             if self.has_data:
                 self._apply(task, op.handles)
