@@ -90,13 +90,14 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
     layout = table.header.get("gpus_per_node", "")
     nodes = re.search(r"nodes:\s*(\d+)", layout)
     per_node = re.match(r"\s*(\d+)", layout)
-    if not (nodes and per_node and "H100" in table.header.get("machine", "")):
+    gpu = re.search(r"\b([AH]100)\b", table.header.get("machine", ""))
+    if not (nodes and per_node and gpu):
         return "no preset for this machine"
-    count, gpus = int(nodes.group(1)), int(per_node.group(1))
+    count, gpus, kind = int(nodes.group(1)), int(per_node.group(1)), gpu.group(1).lower()
     if count == 1:
-        preset = "dgx-h100" if gpus == 8 else f"dgx-h100:gpus={gpus}"
+        preset = f"dgx-{kind}" if gpus == 8 else f"dgx-{kind}:gpus={gpus}"
     elif gpus == 8:
-        preset = f"cluster-h100:nodes={count}"
+        preset = f"cluster-{kind}:nodes={count}"
     else:
         return f"no preset for nodes of {gpus} GPUs"
     return preset, ALGORITHMS[program], params
@@ -127,15 +128,18 @@ def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence
     return times
 
 
-def torch_estimates(program: str, ranks: int, sizes: Sequence[int]) -> list[float]:
-    """Torch's analytical estimate of each size, in microseconds, as on H100 machines of
-    8 GPUs each.
+def torch_estimates(program: str, ranks: int, sizes: Sequence[int], preset: str
+                    ) -> list[float]:
+    """Torch's analytical estimate of each size, in microseconds, on the machines of
+    ``preset`` (8 GPUs a node).
 
     Torch sizes its model by the GPUs it finds; a machine without them would get its
-    fallback (Ampere), so its GPU detection is told Hopper here: the tables' machines."""
+    fallback (Ampere), so its GPU detection is told the table's GPUs here."""
     from torch._inductor import comm_analysis
 
-    comm_analysis.get_gpu_type = lambda: comm_analysis.NVIDIA_GPU_TYPE.HOPPER
+    gpu = (comm_analysis.NVIDIA_GPU_TYPE.AMPERE if "a100" in preset
+           else comm_analysis.NVIDIA_GPU_TYPE.HOPPER)
+    comm_analysis.get_gpu_type = lambda: gpu
     collective = {"all_reduce_perf": comm_analysis.NCCL_COLL.ALL_REDUCE,
                   "reduce_scatter_perf": comm_analysis.NCCL_COLL.REDUCE_SCATTER,
                   "all_gather_perf": comm_analysis.NCCL_COLL.ALL_GATHER}[program]
@@ -199,7 +203,7 @@ def main() -> None:
             compared = [(size, measured) for size, measured, (simulated, _)
                         in zip(table.sizes, table.times_us, predicted) if simulated > 0]
             sizes = [size for size, _ in compared]
-            estimates = torch_estimates(program, make_preset(preset).size, sizes)
+            estimates = torch_estimates(program, make_preset(preset).size, sizes, preset)
             torch_rows.append((table.name, sizes, [m for _, m in compared], estimates))
     print(f"\nall modelled tables together: median {statistics.median(every):.1%} over "
           f"{len(every)} rows" if every else "\nno table is modelled yet")

@@ -64,6 +64,15 @@ PCIE_GEN4_X16_DATA = 16 * 120 / 80 * GB
 # An NCCL developer puts what a ConnectX-7 reaches at NDR rate at 48 to 49 GB/s
 # (NVIDIA/nccl-tests issue #267); the model takes the lower figure.
 NDR_NIC_DATA = 48 * GB
+# DGX A100 has eight ConnectX-6 ports for the compute fabric, one per GPU (NVIDIA DGX A100
+# User Guide), each InfiniBand HDR 200 Gb/s = 25 GB/s per direction; Oracle's A100 nodes have
+# the same 1.6 Tb/s per node over RoCE (Oracle Cloud Infrastructure blog, "Superclusters with
+# RDMA"). The model takes the share of the line rate that NDR reaches (48 of 50 GB/s).
+HDR_NIC_DATA = 25 * GB * NDR_NIC_DATA / (50 * GB)
+# Where a node has fewer NICs than GPUs, a NIC hangs off a PCIe switch that GPUs share. NCCL
+# models a PCIe link as width x rate / 80 GB/s with a Gen5 lane rated 240 (in 100 Mb/s):
+# 48 GB/s for x16 (src/graph/topo.cc, as above). H100 connects over Gen5, A100 over Gen4.
+PCIE_GEN5_X16_DATA = 16 * 240 / 80 * GB
 
 # Per-step latencies of NCCL's cost model, per protocol (Simple, LL, LL128), for its ring and
 # (``tree=``) for its tree, and its base latency per collective (hwLat and baseLat in
@@ -85,6 +94,8 @@ NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US,
 A100_LL_BANDWIDTH = 87.7 * GB
 H100_LL_BANDWIDTH = 141.0 * GB
 INTEL_HOSTS_LL_BANDWIDTH = {2: 39.0 * GB, 3: 20.4 * GB}  # nodes (3: three or more) -> rate
+# DGX A100 hosts have AMD EPYC CPUs (NVIDIA DGX A100 User Guide), as Oracle's A100 nodes do.
+AMD_HOSTS_LL_BANDWIDTH = {2: 22.5 * GB, 3: 19.0 * GB}
 # What one channel moves per second under LL128 at most, NCCL's perChMaxRingLL128Bws (same
 # file and version), by GPU generation, on any number of nodes.
 A100_LL128_CHANNEL_BANDWIDTH = 20.0 * GB
@@ -135,6 +146,12 @@ def h100_ll_bandwidth(nodes: int) -> float:
     """NCCL's llMaxBw for DGX H100 nodes: one node's Hopper figure, or across ``nodes``
     nodes of Intel hosts."""
     return H100_LL_BANDWIDTH if nodes == 1 else INTEL_HOSTS_LL_BANDWIDTH[min(nodes, 3)]
+
+
+def a100_ll_bandwidth(nodes: int) -> float:
+    """NCCL's llMaxBw for DGX A100 nodes: one node's Ampere figure, or across ``nodes`` nodes
+    of AMD hosts."""
+    return A100_LL_BANDWIDTH if nodes == 1 else AMD_HOSTS_LL_BANDWIDTH[min(nodes, 3)]
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -196,16 +213,62 @@ def pcie_a100(gpus: int = 8) -> Topology:
                                   ll128_channel_bandwidth=A100_LL128_CHANNEL_BANDWIDTH))
 
 
-def cluster_h100(nodes: int = 2) -> Topology:
-    """DGX H100 nodes, every GPU's 400 Gb/s NIC on one network switch."""
+def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
+    """DGX H100 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
+    node, each shared by the GPUs of its PCIe switch."""
+    return with_nvls(_cluster(f"cluster-h100:nodes={nodes}", nodes, nics,
+                              H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM, NDR_NIC_DATA,
+                              PCIE_GEN5_X16_DATA, h100_ll_bandwidth,
+                              H100_LL128_CHANNEL_BANDWIDTH))
+
+
+def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
+    """DGX A100 nodes on one network switch: every GPU's 200 Gb/s NIC, or ``nics`` NICs per
+    node, each shared by the GPUs of its PCIe switch."""
+    return _cluster(f"cluster-a100:nodes={nodes}", nodes, nics,
+                    A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM, HDR_NIC_DATA,
+                    PCIE_GEN4_X16_DATA, a100_ll_bandwidth, A100_LL128_CHANNEL_BANDWIDTH)
+
+
+def _cluster(name: str, nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
+             pcie: float, ll_bandwidth: Callable[[int], float],
+             ll128_channel_bandwidth: float) -> Topology:
     _positive_int("nodes", nodes)
-    topo = hierarchical(nodes, GPUS_PER_DGX, H100_NVLINKS * H100_NVLINK_DATA,
-                        NVLINK_STEP_LATENCY, NDR_NIC_DATA, NET_STEP_LATENCY,
-                        nic_per_gpu=True, reduce_bandwidth=H100_SXM_HBM)
-    return with_nvls(with_injection(replace(
-        topo, name=f"cluster-h100:nodes={nodes}", launch_latency=NCCL_LAUNCH_LATENCY,
-        ll_bandwidth=h100_ll_bandwidth(nodes),
-        ll128_channel_bandwidth=H100_LL128_CHANNEL_BANDWIDTH)))
+    _positive_int("nics", nics)
+    if GPUS_PER_DGX % nics:
+        raise ValueError(f"nics must divide the {GPUS_PER_DGX} GPUs of a node, got {nics}")
+    if nics == GPUS_PER_DGX:
+        topo = hierarchical(nodes, GPUS_PER_DGX, nvlink, NVLINK_STEP_LATENCY, nic,
+                            NET_STEP_LATENCY, nic_per_gpu=True, reduce_bandwidth=hbm)
+    else:
+        name += f",nics={nics}"
+        topo = _shared_nics(nodes, nics, nvlink, hbm, nic, pcie)
+    return with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
+                                  ll_bandwidth=ll_bandwidth(nodes),
+                                  ll128_channel_bandwidth=ll128_channel_bandwidth))
+
+
+def _shared_nics(nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
+                 pcie: float) -> Topology:
+    """Nodes of 8 GPUs on an NVSwitch, GPU i reaching the network through NIC i // (8 /
+    nics) of its node over PCIe. The network's latency lies half on each NIC's link, as it
+    does on the GPUs' own NIC links of ``hierarchical``."""
+    gpus = [f"gpu{i}" for i in range(nodes * GPUS_PER_DGX)]
+    links: list[Link] = []
+    names = list(gpus)
+    for node in range(nodes):
+        switch_name = f"node{node}.switch"
+        cards = [f"node{node}.nic{k}" for k in range(nics)]
+        names += [switch_name, *cards]
+        for local in range(GPUS_PER_DGX):
+            gpu = gpus[node * GPUS_PER_DGX + local]
+            links += duplex(gpu, switch_name, nvlink, NVLINK_STEP_LATENCY, 0.5)
+            links += duplex(gpu, cards[local * nics // GPUS_PER_DGX], pcie, 0.0)
+        for card in cards:
+            links += duplex(card, "net", nic, NET_STEP_LATENCY, 0.5)
+    names.append("net")
+    return Topology("cluster", tuple(names), tuple(links), tuple(gpus),
+                    (hbm,) * len(gpus), GPUS_PER_DGX)
 
 
 def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: float = 1.0
@@ -273,7 +336,11 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
     Preset("pcie-a100", "A100 80GB PCIe cards on one PCIe Gen4 x16 switch, 24 GB/s per GPU "
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
     Preset("cluster-h100", "DGX H100 nodes, one 400 Gb/s NIC per GPU into one network switch "
-           "(nodes=2)", cluster_h100, (("nodes", 2),)),
+           "(nodes=2, nics=8: NICs per node)", cluster_h100,
+           (("nodes", 2), ("nics", GPUS_PER_DGX))),
+    Preset("cluster-a100", "DGX A100 nodes, one 200 Gb/s NIC per GPU into one network switch "
+           "(nodes=2, nics=8: NICs per node)", cluster_a100,
+           (("nodes", 2), ("nics", GPUS_PER_DGX))),
     Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "
            "(nodes=4, nodes_per_leaf=2, oversubscription=1)", fattree_h100,
            (("nodes", 4), ("nodes_per_leaf", 2), ("oversubscription", 1.0))),

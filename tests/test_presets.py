@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms import ring_allreduce
+from algorithms import nccl_allreduce, ring_allreduce
 from simcomm import Link, SizeOnly, Topology, simulate
 from simcomm.presets import (
     GB, PUBLISHED_BUSBW, US, describe, list_presets, make_preset, ring_allreduce_busbw,
@@ -20,8 +20,8 @@ def _route(topology, src, dst):
 
 
 def test_list_presets_names_the_required_machines_with_one_line_each():
-    assert {"dgx-a100", "dgx-h100", "pcie-a100", "cluster-h100", "fattree-h100"} <= set(
-        PRESET_NAMES)
+    assert {"dgx-a100", "dgx-h100", "pcie-a100", "cluster-h100", "cluster-a100",
+            "fattree-h100"} <= set(PRESET_NAMES)
     for name, description in list_presets():
         assert description and "\n" not in description, name
 
@@ -79,6 +79,43 @@ def test_cluster_routes_inside_a_node_over_nvlink_and_across_nodes_over_the_nics
     assert _route(topology, 7, 8) == [("gpu7", "net"), ("net", "gpu8")]
 
 
+def test_cluster_a100_figures():
+    # DGX A100 nodes: 12 NVLinks of 20 GB/s, one HDR NIC per GPU at NDR's share of its line
+    # rate, NCCL's LL rates for AMD hosts, LL128's per channel for Ampere, no NVLS.
+    two, four = make_preset("cluster-a100"), make_preset("cluster-a100:nodes=4")
+    assert two.name == "cluster-a100:nodes=2" and two.size == 16 and two.local_size == 8
+    assert _route(two, 7, 8) == [("gpu7", "net"), ("net", "gpu8")]
+    assert sorted({round(link.bandwidth / GB, 6) for link in two.links}) == [24, 240]
+    assert (two.ll_bandwidth, four.ll_bandwidth) == (22.5 * GB, 19.0 * GB)
+    assert two.ll128_channel_bandwidth == 20.0 * GB
+    assert not two.reducing_switches
+    assert set(two.reduce_bandwidth) == {2039 * GB}
+
+
+@pytest.mark.parametrize("gpu", ["h100", "a100"])
+def test_fewer_nics_are_shared_by_the_gpus_of_a_pcie_switch(gpu):
+    topology = make_preset(f"cluster-{gpu}:nodes=2,nics=4")
+    assert topology.name == f"cluster-{gpu}:nodes=2,nics=4"
+    assert make_preset(topology.name) == topology
+    # GPUs 0 and 1 share node 0's first NIC; inside a node NVLink still carries the data.
+    assert _route(topology, 1, 9) == [("gpu1", "node0.nic0"), ("node0.nic0", "net"),
+                                      ("net", "node1.nic0"), ("node1.nic0", "gpu9")]
+    assert _route(topology, 0, 1) == [("gpu0", "node0.switch"), ("node0.switch", "gpu1")]
+    # The network's latency is the same whatever the NIC count.
+    eight = make_preset(f"cluster-{gpu}:nodes=2")
+    assert (sum(topology.links[i].latency for i in topology.route(1, 9))
+            == pytest.approx(sum(eight.links[i].latency for i in eight.route(1, 9))))
+
+
+def test_half_the_nics_halve_a_rail_aligned_ring_across_nodes():
+    # Eight rings cross between the nodes, two through each NIC when a node has four: on
+    # 1 GiB the NICs are the bottleneck, so the ring takes about twice as long.
+    inputs = [SizeOnly(2**28, np.float32)] * 16
+    times = {nics: simulate(nccl_allreduce, inputs, make_preset(f"cluster-h100:nics={nics}"),
+                            record=False, algorithm="ring").time for nics in (8, 4)}
+    assert 1.8 < times[4] / times[8] < 2.1
+
+
 def test_fattree_uplinks_follow_the_oversubscription():
     topology = make_preset("fattree-h100:nodes=8,nodes_per_leaf=4,oversubscription=2")
     assert topology.size == 64
@@ -96,7 +133,10 @@ def test_fattree_uplinks_follow_the_oversubscription():
     ("dgx-b200", "unknown preset 'dgx-b200'"),
     ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus)"),
     ("dgx-h100:gpus=9", "gpus must be at most 8, got 9"),
-    ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes)"),
+    ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes, nics)"),
+    ("cluster-h100:nics=3", "nics must divide the 8 GPUs of a node, got 3"),
+    ("cluster-a100:nics=0", "nics must be an int >= 1"),
+    ("cluster-a100:nics=16", "nics must divide the 8 GPUs of a node, got 16"),
     ("cluster-h100:nodes=two", "nodes must be an int, got 'two'"),
     ("cluster-h100:nodes=1.5", "nodes must be an int"),
     ("cluster-h100:nodes=0", "nodes must be an int >= 1"),
