@@ -48,10 +48,16 @@ GIB = 1024**3
 # 240 GB/s for the 12 links of an A100 (S. Jeaugey, NCCL maintainer, NVIDIA/nccl-tests issue
 # #149). NCCL's topology model uses the same per-link figures: SM80_NVLINK_BW = 20.0 and
 # SM90_NVLINK_BW = 20.6 GB/s (NVIDIA/nccl, src/graph/topo.h).
+# B200 has 18 NVLinks of the fifth generation, 1.8 TB/s per GPU both directions together
+# (NVIDIA DGX B200 User Guide: 14.4 TB/s for its 8 GPUs), and NCCL gives each SM100_NVLINK_BW
+# = 40.0 GB/s of data (the same file). H200 is an H100 with more and faster memory: the same
+# 18 NVLinks (NVIDIA H200 Tensor Core GPU datasheet: 900 GB/s).
 A100_NVLINKS = 12
 H100_NVLINKS = 18
+B200_NVLINKS = 18
 A100_NVLINK_DATA = 20.0 * GB
 H100_NVLINK_DATA = 20.6 * GB
+B200_NVLINK_DATA = 40.0 * GB
 
 # PCIe Gen4 x16: 16 GT/s per lane, 128b/130b coding, so 31.5 GB/s per direction on the wire
 # (PCI Express Base Specification 4.0). NCCL models a PCIe link as width x rate / 80 GB/s with
@@ -67,8 +73,9 @@ NDR_NIC_DATA = 48 * GB
 # DGX A100 has eight ConnectX-6 ports for the compute fabric, one per GPU (NVIDIA DGX A100
 # User Guide), each InfiniBand HDR 200 Gb/s = 25 GB/s per direction; Oracle's A100 nodes have
 # the same 1.6 Tb/s per node over RoCE (Oracle Cloud Infrastructure blog, "Superclusters with
-# RDMA"). The model takes the share of the line rate that NDR reaches (48 of 50 GB/s).
-HDR_NIC_DATA = 25 * GB * NDR_NIC_DATA / (50 * GB)
+# RDMA"). NCCL's developers count on 24 GB/s from a 200 Gb/s NIC (S. Jeaugey, NVIDIA/nccl-tests
+# issue #119).
+HDR_NIC_DATA = 24 * GB
 # Where a node has fewer NICs than GPUs, a NIC hangs off a PCIe switch that GPUs share. NCCL
 # models a PCIe link as width x rate / 80 GB/s with a Gen5 lane rated 240 (in 100 Mb/s):
 # 48 GB/s for x16 (src/graph/topo.cc, as above). H100 connects over Gen5, A100 over Gen4.
@@ -89,10 +96,11 @@ NET_STEP_LATENCY = PerProtocol(simple=14.0 * US, ll=2.7 * US, ll128=4.0 * US,
 NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US,
                                   tree=PerProtocol(simple=8.4 * US, ll=6.8 * US, ll128=14.0 * US))
 # What one GPU sends per second under LL, NCCL's llMaxBw (same file and version): on one
-# node by GPU generation, across nodes by host CPU and node count. DGX H100 hosts have Intel
-# Xeon CPUs (NVIDIA DGX H100 User Guide).
+# node by GPU generation, across nodes by host CPU and node count. DGX H100 and DGX B200
+# hosts have Intel Xeon CPUs (NVIDIA DGX H100 and DGX B200 User Guides).
 A100_LL_BANDWIDTH = 87.7 * GB
 H100_LL_BANDWIDTH = 141.0 * GB
+B200_LL_BANDWIDTH = 2 * 141.0 * GB
 INTEL_HOSTS_LL_BANDWIDTH = {2: 39.0 * GB, 3: 20.4 * GB}  # nodes (3: three or more) -> rate
 # DGX A100 hosts have AMD EPYC CPUs (NVIDIA DGX A100 User Guide), as Oracle's A100 nodes do.
 AMD_HOSTS_LL_BANDWIDTH = {2: 22.5 * GB, 3: 19.0 * GB}
@@ -100,12 +108,13 @@ AMD_HOSTS_LL_BANDWIDTH = {2: 22.5 * GB, 3: 19.0 * GB}
 # file and version), by GPU generation, on any number of nodes.
 A100_LL128_CHANNEL_BANDWIDTH = 20.0 * GB
 H100_LL128_CHANNEL_BANDWIDTH = 36.7 * GB
-# NVLink SHARP (NVLS): H100's NVSwitches reduce and multicast. NCCL's cost model gives the
-# NVLS all-reduce 5/6 of the links' bandwidth and a latency of 25 us over NVLink, its whole
-# cost with no base latency (the NVLS ratio and hwLat, NVIDIA/nccl v2.26.2
-# src/graph/tuning.cc). Here an NVLS all-reduce pays the Simple launch (8.4 us) and two
-# in-switch steps of one GPU-to-GPU latency (3.4 us) each; each step's wait in the switch
-# makes up the rest, so the total is NCCL's 25 us.
+B200_LL128_CHANNEL_BANDWIDTH = 2 * 36.7 * GB
+# NVLink SHARP (NVLS): the NVSwitches of H100, H200 and B200 nodes reduce and multicast.
+# NCCL's cost model gives the NVLS all-reduce 5/6 of the links' bandwidth and a latency of
+# 25 us over NVLink, its whole cost with no base latency (the NVLS ratio and hwLat,
+# NVIDIA/nccl v2.26.2 src/graph/tuning.cc). Here an NVLS all-reduce pays the Simple launch
+# (8.4 us) and two in-switch steps of one GPU-to-GPU latency (3.4 us) each; each step's
+# wait in the switch makes up the rest, so the total is NCCL's 25 us.
 NVLS_EFFICIENCY = 5 / 6
 NVLS_SWITCH_LATENCY = (25.0 - 8.4 - 2 * 3.4) / 2 * US
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
@@ -115,12 +124,33 @@ SPINE_HOP_LATENCY = 0.0
 
 # HBM bandwidth from the datasheets: A100 80GB SXM 2,039 GB/s and A100 80GB PCIe 1,935 GB/s
 # (NVIDIA A100 Tensor Core GPU datasheet); H100 SXM 3.35 TB/s (NVIDIA H100 Tensor Core GPU
-# datasheet).
+# datasheet); H200 SXM 4.8 TB/s (NVIDIA H200 Tensor Core GPU datasheet); B200 8 TB/s (NVIDIA
+# DGX B200 datasheet: 64 TB/s for its 8 GPUs).
 A100_SXM_HBM = 2039 * GB
 A100_PCIE_HBM = 1935 * GB
 H100_SXM_HBM = 3350 * GB
+H200_SXM_HBM = 4800 * GB
+B200_HBM = 8000 * GB
 
 GPUS_PER_DGX = 8
+
+
+@dataclass(frozen=True)
+class NodeFigures:
+    """What the DGX and cluster presets take from one generation's 8-GPU nodes."""
+
+    nvlink: float  # NVLink data rate per GPU per direction, bytes/second
+    hbm: float  # bytes/second
+    nic: float  # each NIC's data rate per direction, bytes/second
+    pcie: float  # a GPU's PCIe link to a NIC it shares, bytes/second
+    ll_one_node: float  # NCCL's llMaxBw on one node, bytes/second
+    ll_across: Mapping[int, float]  # nodes (3: three or more) -> llMaxBw of the hosts' CPUs
+    ll128_channel: float  # NCCL's perChMaxRingLL128Bw, bytes/second
+    nvls: bool  # the NVSwitch reduces and multicasts
+
+    def ll_bandwidth(self, nodes: int) -> float:
+        """NCCL's llMaxBw on ``nodes`` nodes."""
+        return self.ll_one_node if nodes == 1 else self.ll_across[min(nodes, 3)]
 
 
 @dataclass(frozen=True)
@@ -142,16 +172,18 @@ PUBLISHED_BUSBW: Mapping[str, Published] = MappingProxyType({
 
 # -- builders ---------------------------------------------------------------------------------
 
-def h100_ll_bandwidth(nodes: int) -> float:
-    """NCCL's llMaxBw for DGX H100 nodes: one node's Hopper figure, or across ``nodes``
-    nodes of Intel hosts."""
-    return H100_LL_BANDWIDTH if nodes == 1 else INTEL_HOSTS_LL_BANDWIDTH[min(nodes, 3)]
-
-
-def a100_ll_bandwidth(nodes: int) -> float:
-    """NCCL's llMaxBw for DGX A100 nodes: one node's Ampere figure, or across ``nodes`` nodes
-    of AMD hosts."""
-    return A100_LL_BANDWIDTH if nodes == 1 else AMD_HOSTS_LL_BANDWIDTH[min(nodes, 3)]
+DGX_A100 = NodeFigures(A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM,
+                       HDR_NIC_DATA, PCIE_GEN4_X16_DATA, A100_LL_BANDWIDTH,
+                       AMD_HOSTS_LL_BANDWIDTH, A100_LL128_CHANNEL_BANDWIDTH, nvls=False)
+DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
+                       NDR_NIC_DATA, PCIE_GEN5_X16_DATA, H100_LL_BANDWIDTH,
+                       INTEL_HOSTS_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH, nvls=True)
+DGX_H200 = replace(DGX_H100, hbm=H200_SXM_HBM)
+# DGX B200: eight ConnectX-7 cards for the cluster network, up to 400 Gb/s each (NVIDIA DGX
+# B200 User Guide), so NDR's figure as for DGX H100.
+DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
+                       PCIE_GEN5_X16_DATA, B200_LL_BANDWIDTH, INTEL_HOSTS_LL_BANDWIDTH,
+                       B200_LL128_CHANNEL_BANDWIDTH, nvls=True)
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -162,15 +194,25 @@ def _positive_int(name: str, value: int) -> int:
 
 def dgx_a100(gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX A100 (640 GB): 8 A100 80GB SXM4 on NVSwitch, or the first ``gpus`` of them."""
-    return _dgx("dgx-a100", gpus, A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM,
-                A100_LL_BANDWIDTH, A100_LL128_CHANNEL_BANDWIDTH)
+    return _dgx("dgx-a100", DGX_A100, gpus)
 
 
 def dgx_h100(gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX H100: 8 H100 SXM5 on NVSwitch, or the first ``gpus`` of them; the NVSwitch
     reduces and multicasts (NVLS)."""
-    return with_nvls(_dgx("dgx-h100", gpus, H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
-                          H100_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH))
+    return _dgx("dgx-h100", DGX_H100, gpus)
+
+
+def dgx_h200(gpus: int = GPUS_PER_DGX) -> Topology:
+    """DGX H200: DGX H100 with H200's memory (141 GB at 4.8 TB/s), or the first ``gpus``
+    of its 8 GPUs."""
+    return _dgx("dgx-h200", DGX_H200, gpus)
+
+
+def dgx_b200(gpus: int = GPUS_PER_DGX) -> Topology:
+    """DGX B200: 8 B200 on fifth-generation NVSwitch (NVLS), or the first ``gpus`` of
+    them."""
+    return _dgx("dgx-b200", DGX_B200, gpus)
 
 
 def with_injection(topology: Topology) -> Topology:
@@ -190,17 +232,17 @@ def with_nvls(topology: Topology) -> Topology:
                    switch_latency=NVLS_SWITCH_LATENCY)
 
 
-def _dgx(name: str, gpus: int, nvlink: float, hbm: float, ll_bandwidth: float,
-         ll128_channel_bandwidth: float) -> Topology:
+def _dgx(name: str, node: NodeFigures, gpus: int) -> Topology:
     _positive_int("gpus", gpus)
     if gpus > GPUS_PER_DGX:
         raise ValueError(f"gpus must be at most {GPUS_PER_DGX}, got {gpus}")
-    topo = switch(gpus, nvlink, NVLINK_STEP_LATENCY, hbm)
+    topo = switch(gpus, node.nvlink, NVLINK_STEP_LATENCY, node.hbm)
     if gpus != GPUS_PER_DGX:
         name = f"{name}:gpus={gpus}"
-    return with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
-                                  ll_bandwidth=ll_bandwidth,
-                                  ll128_channel_bandwidth=ll128_channel_bandwidth))
+    topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
+                                  ll_bandwidth=node.ll_one_node,
+                                  ll128_channel_bandwidth=node.ll128_channel))
+    return with_nvls(topo) if node.nvls else topo
 
 
 def pcie_a100(gpus: int = 8) -> Topology:
@@ -213,39 +255,45 @@ def pcie_a100(gpus: int = 8) -> Topology:
                                   ll128_channel_bandwidth=A100_LL128_CHANNEL_BANDWIDTH))
 
 
-def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
-    """DGX H100 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
-    node, each shared by the GPUs of its PCIe switch."""
-    return with_nvls(_cluster(f"cluster-h100:nodes={nodes}", nodes, nics,
-                              H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM, NDR_NIC_DATA,
-                              PCIE_GEN5_X16_DATA, h100_ll_bandwidth,
-                              H100_LL128_CHANNEL_BANDWIDTH))
-
-
 def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
     """DGX A100 nodes on one network switch: every GPU's 200 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch."""
-    return _cluster(f"cluster-a100:nodes={nodes}", nodes, nics,
-                    A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM, HDR_NIC_DATA,
-                    PCIE_GEN4_X16_DATA, a100_ll_bandwidth, A100_LL128_CHANNEL_BANDWIDTH)
+    return _cluster("cluster-a100", DGX_A100, nodes, nics)
 
 
-def _cluster(name: str, nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
-             pcie: float, ll_bandwidth: Callable[[int], float],
-             ll128_channel_bandwidth: float) -> Topology:
+def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
+    """DGX H100 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
+    node, each shared by the GPUs of its PCIe switch."""
+    return _cluster("cluster-h100", DGX_H100, nodes, nics)
+
+
+def cluster_h200(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
+    """DGX H200 nodes, networked as ``cluster-h100``."""
+    return _cluster("cluster-h200", DGX_H200, nodes, nics)
+
+
+def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
+    """DGX B200 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
+    node, each shared by the GPUs of its PCIe switch."""
+    return _cluster("cluster-b200", DGX_B200, nodes, nics)
+
+
+def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int) -> Topology:
     _positive_int("nodes", nodes)
     _positive_int("nics", nics)
     if GPUS_PER_DGX % nics:
         raise ValueError(f"nics must divide the {GPUS_PER_DGX} GPUs of a node, got {nics}")
+    name = f"{preset}:nodes={nodes}"
     if nics == GPUS_PER_DGX:
-        topo = hierarchical(nodes, GPUS_PER_DGX, nvlink, NVLINK_STEP_LATENCY, nic,
-                            NET_STEP_LATENCY, nic_per_gpu=True, reduce_bandwidth=hbm)
+        topo = hierarchical(nodes, GPUS_PER_DGX, node.nvlink, NVLINK_STEP_LATENCY, node.nic,
+                            NET_STEP_LATENCY, nic_per_gpu=True, reduce_bandwidth=node.hbm)
     else:
         name += f",nics={nics}"
-        topo = _shared_nics(nodes, nics, nvlink, hbm, nic, pcie)
-    return with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
-                                  ll_bandwidth=ll_bandwidth(nodes),
-                                  ll128_channel_bandwidth=ll128_channel_bandwidth))
+        topo = _shared_nics(nodes, nics, node.nvlink, node.hbm, node.nic, node.pcie)
+    topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
+                                  ll_bandwidth=node.ll_bandwidth(nodes),
+                                  ll128_channel_bandwidth=node.ll128_channel))
+    return with_nvls(topo) if node.nvls else topo
 
 
 def _shared_nics(nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
@@ -309,7 +357,7 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
             f"oversubscription={ratio}")
     return with_nvls(with_injection(Topology(
         name, tuple(names), tuple(links), tuple(gpus), (H100_SXM_HBM,) * len(gpus),
-        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, h100_ll_bandwidth(nodes),
+        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, DGX_H100.ll_bandwidth(nodes),
         ll128_channel_bandwidth=H100_LL128_CHANNEL_BANDWIDTH)))
 
 
@@ -333,6 +381,11 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
     Preset("dgx-h100", "8x H100 SXM5 on NVSwitch: 370.8 GB/s NVLink data rate per GPU per "
            "direction, NVLS, HBM 3350 GB/s (gpus=8: fewer take part)", dgx_h100,
            (("gpus", GPUS_PER_DGX),)),
+    Preset("dgx-h200", "8x H200 SXM on NVSwitch: as dgx-h100, HBM 4800 GB/s (gpus=8: fewer "
+           "take part)", dgx_h200, (("gpus", GPUS_PER_DGX),)),
+    Preset("dgx-b200", "8x B200 on NVSwitch: 720 GB/s NVLink data rate per GPU per direction, "
+           "NVLS, HBM 8000 GB/s (gpus=8: fewer take part)", dgx_b200,
+           (("gpus", GPUS_PER_DGX),)),
     Preset("pcie-a100", "A100 80GB PCIe cards on one PCIe Gen4 x16 switch, 24 GB/s per GPU "
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
     Preset("cluster-h100", "DGX H100 nodes, one 400 Gb/s NIC per GPU into one network switch "
@@ -340,6 +393,12 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
            (("nodes", 2), ("nics", GPUS_PER_DGX))),
     Preset("cluster-a100", "DGX A100 nodes, one 200 Gb/s NIC per GPU into one network switch "
            "(nodes=2, nics=8: NICs per node)", cluster_a100,
+           (("nodes", 2), ("nics", GPUS_PER_DGX))),
+    Preset("cluster-h200", "DGX H200 nodes, one 400 Gb/s NIC per GPU into one network switch "
+           "(nodes=2, nics=8: NICs per node)", cluster_h200,
+           (("nodes", 2), ("nics", GPUS_PER_DGX))),
+    Preset("cluster-b200", "DGX B200 nodes, one 400 Gb/s NIC per GPU into one network switch "
+           "(nodes=2, nics=8: NICs per node)", cluster_b200,
            (("nodes", 2), ("nics", GPUS_PER_DGX))),
     Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "
            "(nodes=4, nodes_per_leaf=2, oversubscription=1)", fattree_h100,

@@ -20,8 +20,8 @@ def _route(topology, src, dst):
 
 
 def test_list_presets_names_the_required_machines_with_one_line_each():
-    assert {"dgx-a100", "dgx-h100", "pcie-a100", "cluster-h100", "cluster-a100",
-            "fattree-h100"} <= set(PRESET_NAMES)
+    assert {"dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200", "pcie-a100", "cluster-h100",
+            "cluster-a100", "cluster-h200", "cluster-b200", "fattree-h100"} <= set(PRESET_NAMES)
     for name, description in list_presets():
         assert description and "\n" not in description, name
 
@@ -92,7 +92,23 @@ def test_cluster_a100_figures():
     assert set(two.reduce_bandwidth) == {2039 * GB}
 
 
-@pytest.mark.parametrize("gpu", ["h100", "a100"])
+def test_h200_and_b200_figures():
+    h100, h200, b200 = (make_preset(f"dgx-{gpu}") for gpu in ("h100", "h200", "b200"))
+    # H200: H100's links and rates, more memory bandwidth.
+    assert h200.links == h100.links and set(h200.reduce_bandwidth) == {4800 * GB}
+    assert h200.reducing_switches == h100.reducing_switches
+    # B200: 18 NVLinks of 40 GB/s, twice Hopper's LL rate and LL128 ceiling, NVLS.
+    assert {round(link.bandwidth / GB, 6) for link in b200.links} == {720}
+    assert (b200.ll_bandwidth, b200.ll128_channel_bandwidth) == (282 * GB, 73.4 * GB)
+    assert b200.reducing_switches and set(b200.reduce_bandwidth) == {8000 * GB}
+    # Across nodes: Intel hosts, NDR NICs.
+    cluster = make_preset("cluster-b200:nodes=4")
+    assert cluster.ll_bandwidth == 20.4 * GB
+    assert _route(cluster, 7, 8) == [("gpu7", "net"), ("net", "gpu8")]
+    assert {round(link.bandwidth / GB, 6) for link in cluster.links} == {720, 48}
+
+
+@pytest.mark.parametrize("gpu", ["h100", "a100", "h200", "b200"])
 def test_fewer_nics_are_shared_by_the_gpus_of_a_pcie_switch(gpu):
     topology = make_preset(f"cluster-{gpu}:nodes=2,nics=4")
     assert topology.name == f"cluster-{gpu}:nodes=2,nics=4"
@@ -130,7 +146,7 @@ def test_fattree_uplinks_follow_the_oversubscription():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("dgx-b200", "unknown preset 'dgx-b200'"),
+    ("dgx-b300", "unknown preset 'dgx-b300'"),
     ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus)"),
     ("dgx-h100:gpus=9", "gpus must be at most 8, got 9"),
     ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes, nics)"),

@@ -340,7 +340,7 @@ def test_load_topology_takes_presets_and_files(tmp_path):
 
 def test_load_topology_rejects_what_it_cannot_find(tmp_path):
     with pytest.raises(ValueError, match="neither a preset .* nor a topology file"):
-        load_topology("dgx-h200")
+        load_topology("dgx-h300")
     missing = tmp_path / "missing.toml"
     with pytest.raises(TopologyFileError, match="cannot read topology file .*missing.toml"):
         load_topology(str(missing))
