@@ -388,18 +388,11 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
            (("gpus", GPUS_PER_DGX),)),
     Preset("pcie-a100", "A100 80GB PCIe cards on one PCIe Gen4 x16 switch, 24 GB/s per GPU "
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
-    Preset("cluster-h100", "DGX H100 nodes, one 400 Gb/s NIC per GPU into one network switch "
-           "(nodes=2, nics=8: NICs per node)", cluster_h100,
-           (("nodes", 2), ("nics", GPUS_PER_DGX))),
-    Preset("cluster-a100", "DGX A100 nodes, one 200 Gb/s NIC per GPU into one network switch "
-           "(nodes=2, nics=8: NICs per node)", cluster_a100,
-           (("nodes", 2), ("nics", GPUS_PER_DGX))),
-    Preset("cluster-h200", "DGX H200 nodes, one 400 Gb/s NIC per GPU into one network switch "
-           "(nodes=2, nics=8: NICs per node)", cluster_h200,
-           (("nodes", 2), ("nics", GPUS_PER_DGX))),
-    Preset("cluster-b200", "DGX B200 nodes, one 400 Gb/s NIC per GPU into one network switch "
-           "(nodes=2, nics=8: NICs per node)", cluster_b200,
-           (("nodes", 2), ("nics", GPUS_PER_DGX))),
+    *(Preset(f"cluster-{gpu}", f"DGX {gpu.upper()} nodes, one {nic} Gb/s NIC per GPU into one "
+             "network switch (nodes=2, nics=8: NICs per node)", build,
+             (("nodes", 2), ("nics", GPUS_PER_DGX)))
+      for gpu, nic, build in (("h100", 400, cluster_h100), ("a100", 200, cluster_a100),
+                              ("h200", 400, cluster_h200), ("b200", 400, cluster_b200))),
     Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "
            "(nodes=4, nodes_per_leaf=2, oversubscription=1)", fattree_h100,
            (("nodes", 4), ("nodes_per_leaf", 2), ("oversubscription", 1.0))),
