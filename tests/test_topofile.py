@@ -187,7 +187,7 @@ def test_hand_written_file_round_trips():
 
 @pytest.mark.parametrize("spec", [name for name, _ in list_presets()] + [
     "cluster-h100:nodes=3", "fattree-h100:nodes=6,nodes_per_leaf=3,oversubscription=1.5",
-    "pcie-a100:gpus=1"])
+    "pcie-a100:gpus=1", "cluster-a100:nodes=3,nics=2", "dgx-b200:gpus=4"])
 def test_every_preset_round_trips(spec):
     topology = make_preset(spec)
     again = parse_topology(dump_topology(topology))
