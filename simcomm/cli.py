@@ -574,7 +574,8 @@ def tune(args: argparse.Namespace) -> int:
             for row in rows_for(collective, [(n, tuner(collective, n)) for n in sizes],
                                 nodes, topology.size)]
     text = format_tuner_file(rows, [
-        f"simcomm tune --topology {args.topology}: {topology.size} ranks on {nodes} nodes",
+        f"simcomm tune --topology {args.topology}: {topology.size} ranks on {nodes} "
+        f"node{'s' * (nodes != 1)}",
         f"the fastest of the model's estimates at each power of two from {sizes[0]} to "
         f"{sizes[-1]} bytes"])
     if args.out:
