@@ -225,10 +225,10 @@ class _Simulation(Interpreter):
         self.share = [1] * self.size  # channels of each rank's latest Launch
         self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
         self.pipes: dict[tuple[int, Hashable], int] = {}
-        # Per protocol, src * size + dst -> per link of the route: (index, ticks per byte, latency,
-        # gap). Simple's table is looked up without the protocol: hashing an enum member is a
-        # Python call, a tenth of a microsecond on every message.
-        self.simple_routes: dict[tuple[int, int], Route] = {}
+        # Per protocol, src * size + dst -> per link of the route: (index, ticks per byte,
+        # latency, gap). Simple's table is looked up without the protocol: hashing an enum
+        # member is a Python call, a tenth of a microsecond on every message.
+        self.simple_routes: dict[int, Route] = {}
         self.routes = {Protocol.SIMPLE: self.simple_routes, Protocol.LL: {}, Protocol.LL128: {}}
         # The same tables for NCCL's tree, whose hops have latencies of their own; each
         # rank's latest Launch picks the tables its sends look up (set once per collective).

@@ -337,15 +337,14 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     if nodes % nodes_per_leaf:
         raise ValueError(f"{nodes} nodes do not fill leaves of {nodes_per_leaf} nodes")
     leaves = nodes // nodes_per_leaf
-    nvlink = H100_NVLINKS * H100_NVLINK_DATA
-    uplink = nodes_per_leaf * GPUS_PER_DGX * NDR_NIC_DATA / oversubscription
+    dgx = DGX_H100
+    uplink = nodes_per_leaf * GPUS_PER_DGX * dgx.nic / oversubscription
     gpus = [f"gpu{i}" for i in range(nodes * GPUS_PER_DGX)]
     links: list[Link] = []
     for i, gpu in enumerate(gpus):  # latencies are GPU to GPU: half on each link of a path
         node = i // GPUS_PER_DGX
-        links += duplex(gpu, f"node{node}.switch", nvlink, NVLINK_STEP_LATENCY, 0.5)
-        links += duplex(gpu, f"leaf{node // nodes_per_leaf}", NDR_NIC_DATA, NET_STEP_LATENCY,
-                        0.5)
+        links += duplex(gpu, f"node{node}.switch", dgx.nvlink, NVLINK_STEP_LATENCY, 0.5)
+        links += duplex(gpu, f"leaf{node // nodes_per_leaf}", dgx.nic, NET_STEP_LATENCY, 0.5)
     for leaf in range(leaves):
         links += duplex(f"leaf{leaf}", "spine", uplink, SPINE_HOP_LATENCY)
     names = (gpus + [f"node{n}.switch" for n in range(nodes)]
@@ -356,9 +355,9 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     name = (f"fattree-h100:nodes={nodes},nodes_per_leaf={nodes_per_leaf},"
             f"oversubscription={ratio}")
     return with_nvls(with_injection(Topology(
-        name, tuple(names), tuple(links), tuple(gpus), (H100_SXM_HBM,) * len(gpus),
-        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, DGX_H100.ll_bandwidth(nodes),
-        ll128_channel_bandwidth=H100_LL128_CHANNEL_BANDWIDTH)))
+        name, tuple(names), tuple(links), tuple(gpus), (dgx.hbm,) * len(gpus),
+        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes),
+        ll128_channel_bandwidth=dgx.ll128_channel)))
 
 
 # -- the registry -----------------------------------------------------------------------------
