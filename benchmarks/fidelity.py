@@ -37,10 +37,11 @@ from simcomm.presets import make_preset
 
 LATENCY_BOUND = 1 << 20  # bytes: below, the latency-bound regime
 BANDWIDTH_BOUND = 64 << 20  # bytes: from here, the bandwidth-bound regime
-# nccl-tests program -> the simulator's NCCL-class algorithm for NCCL_ALGO=Ring.
 # nccl-tests program -> the simulator's collective that chooses per call as NCCL does.
 ALGORITHMS = {"all_reduce_perf": "nccl_allreduce", "reduce_scatter_perf": "nccl_reduce_scatter",
               "all_gather_perf": "nccl_all_gather"}
+# NCCL_ALGO as a table forced it -> the simulator's algorithm parameter.
+FORCED_ALGORITHMS = {"ring": "ring", "nvlstree": "nvls_tree"}
 
 
 @dataclass(frozen=True)
@@ -81,16 +82,21 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
     if program not in ALGORITHMS:
         return f"collective {program!r} not modelled"
     params = {}
-    if re.search(r"NCCL_ALGO=Ring", table.header.get("algorithm", ""), re.IGNORECASE):
+    forced = re.search(r"NCCL_ALGO=(\w+)", table.header.get("algorithm", ""))
+    if forced:
+        algorithm = FORCED_ALGORITHMS.get(forced.group(1).lower())
+        if algorithm is None:
+            return f"NCCL_ALGO={forced.group(1)} not modelled"
         if program != "all_reduce_perf":
-            return "NCCL_ALGO=Ring is the only choice for this collective: run it as default"
-        params["algorithm"] = "ring"
+            return f"NCCL_ALGO={forced.group(1)} is the only choice for this collective: run it " \
+                   "as default"
+        params["algorithm"] = algorithm
     if "TCPXO" in table.header.get("nic", ""):
         return "no preset for a TCP network (GPUDirect-TCPXO)"
     layout = table.header.get("gpus_per_node", "")
     nodes = re.search(r"nodes:\s*(\d+)", layout)
     per_node = re.match(r"\s*(\d+)", layout)
-    gpu = re.search(r"\b([AH]100)\b", table.header.get("machine", ""))
+    gpu = re.search(r"\b(A100|H100|H200|B200)\b", table.header.get("machine", ""))
     if not (nodes and per_node and gpu):
         return "no preset for this machine"
     count, gpus, kind = int(nodes.group(1)), int(per_node.group(1)), gpu.group(1).lower()
