@@ -78,36 +78,62 @@ def nvls_tree_chunk_bytes(nbytes: int, channels: int, ranks_per_node: int, nodes
     return chunk
 
 
+def pipeline_fill_bytes(nbytes: int, chunk_bytes: int, channels: int, heads: int,
+                        depth: int, registered: bool) -> int:
+    """The bytes of each GPU's buffer that NCCL's NVLS kernel moves before its pipeline
+    keeps pace. The kernel gives each stage of a chunk's way its own warps, sized so that
+    all keep the same pace (src/device/all_reduce.h): the copy into the NVLS buffer, the
+    reduction in the switch, every node hop up and down a tree ``depth`` hops deep, the
+    multicast, the copy out; buffers registered with NCCL skip the two copies. A round (a
+    chunk per head on every channel) then leaves the last stage one round later for every
+    stage after the first."""
+    stages = 2 * depth + 1 + (0 if registered else 2)
+    return (stages - 1) * min(nbytes, channels * heads * chunk_bytes)
+
+
 def nvls_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = NVLS_CHANNELS,
-                   chunk_bytes: int = 0) -> Schedule:
+                   chunk_bytes: int = 0, registered: bool = False) -> Schedule:
     """All-reduce in the switch (see the module doc): ``channels`` parts of ``x`` at once,
     each pipelined in chunks of up to ``chunk_bytes`` per rank (0: NCCL's,
-    ``nvls_chunk_bytes``). Returns ``x``, reduced over all ranks."""
-    _check(channels, chunk_bytes)
+    ``nvls_chunk_bytes``); ``registered``: buffers registered with NCCL, which it reduces
+    in place of copies (``pipeline_fill_bytes``). Returns ``x``, reduced over all ranks."""
+    _check(channels, chunk_bytes, registered)
     chunk_bytes = chunk_bytes or nvls_chunk_bytes(x.nbytes, channels, comm.size)
-    yield Launch(Protocol.SIMPLE, "nvls", channels)
+    yield Launch(Protocol.SIMPLE, "nvls", channels, pipeline_fill_bytes(
+        x.nbytes, chunk_bytes, channels, comm.size, 0, registered))
     yield from _on_channels(comm, x, op, channels,
                             lambda channel, part: _pipeline(comm, part, op, chunk_bytes))
     return x
 
 
 def nvls_tree_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM,
-                        channels: int = NVLS_CHANNELS, chunk_bytes: int = 0) -> Schedule:
+                        channels: int = NVLS_CHANNELS, chunk_bytes: int = 0,
+                        registered: bool = False) -> Schedule:
     """All-reduce across nodes as NCCL's NVLS-tree runs it (see the module doc):
     ``channels`` parts of ``x`` at once, half of them on each tree of the double binary
     tree, each pipelined in chunks of up to ``chunk_bytes`` per rank (0: NCCL's,
-    ``nvls_tree_chunk_bytes``). Returns ``x``, reduced over all ranks."""
-    _check(channels, chunk_bytes)
+    ``nvls_tree_chunk_bytes``); ``registered`` as for ``nvls_allreduce``. Returns ``x``,
+    reduced over all ranks."""
+    _check(channels, chunk_bytes, registered)
     per_node = comm.ranks_per_node
-    chunk_bytes = chunk_bytes or nvls_tree_chunk_bytes(x.nbytes, channels, per_node,
-                                                       comm.size // per_node)
-    yield Launch(Protocol.SIMPLE, "nvls_tree", channels)
+    nodes = comm.size // per_node
+    chunk_bytes = chunk_bytes or nvls_tree_chunk_bytes(x.nbytes, channels, per_node, nodes)
+    yield Launch(Protocol.SIMPLE, "nvls_tree", channels, pipeline_fill_bytes(
+        x.nbytes, chunk_bytes, channels, per_node, tree_depth(nodes), registered))
     yield from _on_channels(comm, x, op, channels, lambda channel, part: _tree_pipeline(
         comm, part, op, chunk_bytes, 2 * channel // channels))
     return x
 
 
-def _check(channels: int, chunk_bytes: int) -> None:
+def tree_depth(nodes: int) -> int:
+    """The most node hops from a leaf to the root in NCCL's double binary tree of
+    ``nodes`` nodes, over both trees."""
+    return max(node_depth(nodes, node, tree) for node in range(nodes) for tree in (0, 1))
+
+
+def _check(channels: int, chunk_bytes: int, registered: bool) -> None:
+    if type(registered) is not bool:
+        raise ValueError(f"registered must be True or False, got {registered!r}")
     if type(channels) is not int or channels < 1:
         raise ValueError(f"channels must be an int >= 1, got {channels!r}")
     if type(chunk_bytes) is not int or chunk_bytes < 0:

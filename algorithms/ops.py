@@ -305,17 +305,22 @@ class Launch:
     """A collective's kernel starts here, running ``protocol``. A simulator charges the
     machine's fixed cost of starting one (NCCL's base latency per protocol); on real
     hardware the launch costs what it costs and the op does nothing. ``algorithm`` and
-    ``channels`` say what runs, for reports (as NCCL_DEBUG=INFO does)."""
+    ``channels`` say what runs, for reports (as NCCL_DEBUG=INFO does). ``fill_bytes`` are
+    the bytes of each GPU's buffer that pass the kernel's pipeline stages before it runs at
+    its steady pace (``algorithms.nvls``): a simulator charges them at the switch's rate."""
 
     protocol: Protocol = Protocol.SIMPLE
     algorithm: str = ""
     channels: int = 1
+    fill_bytes: int = 0
 
     def __post_init__(self) -> None:
         if type(self.protocol) is not Protocol:
             raise TypeError(f"Launch.protocol must be a Protocol, got {self.protocol!r}")
         if type(self.channels) is not int or self.channels < 1:
             raise ValueError(f"Launch.channels must be an int >= 1, got {self.channels!r}")
+        if type(self.fill_bytes) is not int or self.fill_bytes < 0:
+            raise ValueError(f"Launch.fill_bytes must be an int >= 0, got {self.fill_bytes!r}")
 
     def describe(self) -> str:
         """``algorithm/PROTOCOL/channels``, as ``simcomm bench`` shows it: ``ring/LL/8``."""

@@ -655,11 +655,15 @@ def _nccl_tree_allreduce_cost(machine: Machine, count: int, itemsize: int,
 
 def _in_switch(algorithm: str) -> Callable[..., CollectiveCost]:
     """The cost of ``nvls_allreduce`` or ``nvls_tree_allreduce`` called directly: Simple,
-    on the channels given (NCCL's 16 by default)."""
+    on the channels given (NCCL's 16 by default), buffers not registered."""
     def cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
-             channels: int = NVLS_CHANNELS, chunk_bytes: int = 0) -> CollectiveCost:
+             channels: int = NVLS_CHANNELS, chunk_bytes: int = 0, registered: bool = False
+             ) -> CollectiveCost:
         if type(channels) is not int or channels < 1:
             raise ValueError(f"channels must be an int >= 1, got {channels!r}")
+        if registered is not False:
+            raise ValueError("the collective level times buffers NCCL does not know "
+                             "(registered=False): run registered buffers at the message level")
         return _forced("allreduce", algorithm)(machine, count, itemsize, channels=channels,
                                                chunk_bytes=chunk_bytes)
     return cost

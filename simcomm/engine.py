@@ -253,6 +253,7 @@ class _Simulation(Interpreter):
         self.messages = 0
         self.launches: list[Launch] = []
         self.reducing = frozenset(topology.reducing_switches)
+        self.in_switch_pace: float | None = None  # bytes/s, found at the first fill
         self.plans: dict[tuple[int, tuple[int, ...], bool], Any] = {}
 
     # -- tasks -------------------------------------------------------------------------
@@ -735,13 +736,23 @@ class _Simulation(Interpreter):
         self.routes_of[task.rank] = self.tree_routes if tree else self.routes
         self.simple_routes_of[task.rank] = self.routes_of[task.rank][Protocol.SIMPLE]
         self.piped_routes_of[task.rank] = self.tree_piped_routes if tree else self.piped_routes
-        latency = _ticks(self.topology.launch_latency.of(op.protocol, op.algorithm))
+        latency = _ticks(self.topology.launch_latency.of(op.protocol, op.algorithm)
+                         + self._fill_seconds(op.fill_bytes))
         if self.record and latency:
             now = self.env.now / TICKS_PER_SECOND
             self.trace.append(TraceEvent("launch", task.rank, task.channel, now,
                                          now + latency / TICKS_PER_SECOND,
                                          label=f"launch {op.protocol.value}"))
         return self._sleep_until(task, self.env.now + latency)
+
+    def _fill_seconds(self, fill_bytes: int) -> float:
+        # An in-switch pipeline's fill moves at the pace it keeps once full; where no
+        # switch reduces, the algorithm's plain sends take their own time.
+        if not fill_bytes or not self.reducing:
+            return 0.0
+        if self.in_switch_pace is None:
+            self.in_switch_pace = ModelTuner(self.topology).in_switch_pace()
+        return fill_bytes / self.in_switch_pace
 
     def footprint(self, task: _Task, op: Footprint) -> None:
         if self.record:

@@ -233,6 +233,15 @@ class Topology:
             path = self._routes[key] = self._shortest_path(src, dst)
         return path
 
+    def switch_rate(self, rank: int) -> float:
+        """Bytes per second of in-switch traffic (NVLS) on ``rank``'s way to the switch
+        that reduces for its node: ``switch_efficiency`` of the slowest link on it."""
+        per_node = self.local_size or len(self.ranks)
+        first = rank - rank % per_node
+        mate = first + (rank - first + 1) % per_node
+        return self.switch_efficiency * min(self.links[i].bandwidth
+                                            for i in self.route(rank, mate))
+
     def route_matrix(self, src: Sequence[int] | np.ndarray, dst: Sequence[int] | np.ndarray
                      ) -> np.ndarray:
         """The routes from each ``src[i]`` to ``dst[i]`` as rows of link indices, padded at

@@ -17,7 +17,9 @@ model would make:
   (under LL128 at most ``Topology.ll128_channel_bandwidth``) bounds that channel's steps.
 * NVLS, on one node whose switch reduces (``Topology.reducing_switches``), moves the buffer
   and one slice of it each way over every GPU's link, at the switch's share of its
-  bandwidth, in two in-switch steps; its pipeline's fill adds a slice of a chunk.
+  bandwidth, in two in-switch steps; NVLS-tree, across such nodes, also sends each GPU's
+  slice up and down a tree of the nodes over its NIC, at the slower of the two paces.
+  Both first fill their pipeline of stages (``algorithms.nvls.pipeline_fill_bytes``).
 * Every call pays the topology's launch latency for the protocol once.
 
 They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
@@ -36,16 +38,16 @@ from algorithms.nccl import rail_ring, ring_slices
 from algorithms.nccl_tree import double_binary_tree, node_depth, tree_chunk_bytes, tree_parents
 from algorithms.nvls import (
     NVLS_CHANNELS, nvls_chunk_bytes, nvls_tree_chunk_bytes, pipeline_chunks,
+    pipeline_fill_bytes,
 )
 from algorithms.ops import Choice, Comm, Protocol
 from algorithms.tuned import IN_SWITCH
 from simcomm.topology import WIRE_EFFICIENCY, Topology
 
 # Collective -> algorithms the tuner weighs for it: NCCL's (its CollNet is not modelled; it
-# runs reduce-scatter and all-gather as rings otherwise). NVLS only where a switch reduces,
-# on one node (NCCL runs it across nodes only with CollNet). NVLS-tree is estimated when
-# asked for, not weighed: between 1 and 64 MiB across nodes the model runs it faster than
-# the published tables measure (docs/fidelity.md), and would choose it there.
+# runs reduce-scatter and all-gather as rings otherwise). NVLS where a switch reduces: on
+# one node NVLS itself (NCCL runs it across nodes only with CollNet), across nodes
+# NVLS-tree.
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "allreduce": ("ring", "tree", "nvls"),
     "reducescatter": ("ring",),
@@ -80,6 +82,7 @@ class ModelTuner:
         self._choices: dict[tuple[str, int], Choice] = {}
         self._shapes: dict[tuple[str, int, Protocol], _Shape] = {}
         self._trees_of_nodes: dict[int, tuple[int, float]] = {}
+        self._pace: float | None = None
 
     def __call__(self, collective: str, nbytes: int) -> Choice:
         key = (collective, nbytes)
@@ -100,6 +103,8 @@ class ModelTuner:
                       for protocol in Protocol]
         if "nvls" in CANDIDATES[collective] and self.has_nvls():
             candidates.append(Choice("nvls", Protocol.SIMPLE, NVLS_CHANNELS))
+        if "nvls" in CANDIDATES[collective] and self.has_nvls_tree():
+            candidates.append(Choice("nvls_tree", Protocol.SIMPLE, NVLS_CHANNELS))
         return {choice: self.estimate(collective, choice, nbytes) for choice in candidates}
 
     def best_for(self, collective: str, nbytes: int, algorithm: str) -> Choice:
@@ -109,6 +114,12 @@ class ModelTuner:
             return Choice(algorithm, Protocol.SIMPLE, NVLS_CHANNELS)
         candidates = [Choice(algorithm, protocol, self.channels) for protocol in Protocol]
         return min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes))
+
+    def has_nvls_tree(self) -> bool:
+        """Whether NVLS-tree can run here: several nodes whose switches reduce."""
+        topology = self.topology
+        return (bool(topology.reducing_switches)
+                and topology.local_size not in (None, topology.size))
 
     def has_nvls(self) -> bool:
         """Whether NVLS can run here: one node, on a switch that reduces."""
@@ -155,15 +166,36 @@ class ModelTuner:
 
     def _nvls(self, channels: int, nbytes: int) -> float:
         """Seconds for NVLS to reduce ``nbytes`` in the switch and multicast the sums, on
-        ``channels`` parts at once, each pipelined in chunks (``algorithms.nvls``)."""
+        ``channels`` parts at once, each pipelined in chunks (``algorithms.nvls``), after
+        the pipeline's fill."""
         topology, p = self.topology, self.topology.size
         route = [topology.links[i] for i in topology.route(0, 1)]
         step = sum(link.latency for link in route) + topology.switch_latency
-        rate = topology.switch_efficiency * min(link.bandwidth for link in route)
+        rate, pace = topology.switch_rate(0), self.in_switch_pace()
         chunk = nvls_chunk_bytes(nbytes, channels, p)
         chunks = pipeline_chunks(nbytes / channels / p, chunk)
+        fill = pipeline_fill_bytes(nbytes, chunk, channels, p, 0, False)
         # While the first chunks go up the downlinks idle, for about a slice of a chunk.
-        return 2 * step + nbytes * (p + 1) / p / rate + nbytes / chunks / p / rate
+        return 2 * step + (nbytes + fill) / pace + nbytes / chunks / p / rate
+
+    def in_switch_pace(self) -> float:
+        """Bytes of the buffer per second that each GPU's NVLS or NVLS-tree all-reduce
+        moves once its pipeline is full: the pace of the busier of the GPU's way to its
+        switch (the buffer and a slice each way) and, across nodes, its NIC (its slice
+        once per tree edge at its node, half the buffer on each tree) (cached)."""
+        if self._pace is None:
+            topology = self.topology
+            per_node = topology.local_size or topology.size
+            nodes = topology.size // per_node
+            intra = cross = 0.0  # seconds per byte of the buffer through the switch, the NIC
+            if per_node > 1:
+                intra = (per_node + 1) / per_node / topology.switch_rate(0)
+            if nodes > 1:
+                way = [topology.links[i] for i in topology.route(0, per_node)]
+                cross = self._node_trees(nodes)[1] / per_node / min(
+                    link.bandwidth for link in way)
+            self._pace = 1 / max(intra, cross)
+        return self._pace
 
     def _hierarchical(self, comm: Comm, nbytes: int, protocol: Protocol) -> float:
         """Seconds for ``algorithms.nccl.hierarchical_allreduce``: a reduce-scatter in every
@@ -179,28 +211,24 @@ class ModelTuner:
     def _nvls_tree(self, channels: int, nbytes: int) -> float:
         """Seconds for NVLS-tree (``algorithms.nvls.nvls_tree_allreduce``): a chunk's way
         into each node's switch and back, and up and down the deepest tree of the nodes;
-        then the busier of a GPU's link to the switch (the buffer and a slice each way, as
-        NVLS) and its NIC (its slice once per tree edge at its node, half the buffer on
-        each tree), and the pipeline's fill of one chunk."""
+        then the buffer, a chunk more and the pipeline's fill at the in-switch pace
+        (``in_switch_pace``)."""
         topology = self.topology
         per_node = topology.local_size or topology.size
         nodes = topology.size // per_node
-        step = hop = 0.0
-        intra = cross = 0.0  # seconds per byte of the buffer through the switch, the NIC
+        depth = self._node_trees(nodes)[0]
+        chunk = nvls_tree_chunk_bytes(nbytes, channels, per_node, nodes)
+        step = hop = fill = 0.0
         if per_node > 1:
             way = [topology.links[i] for i in topology.route(0, 1)]
             step = sum(link.latency for link in way) + topology.switch_latency
-            rate = topology.switch_efficiency * min(link.bandwidth for link in way)
-            intra = (per_node + 1) / per_node / rate
-        depth, load = self._node_trees(nodes)
         if nodes > 1:
-            way = [topology.links[i] for i in topology.route(0, per_node)]
-            hop = sum(link.latency for link in way)
-            cross = load / per_node / min(link.bandwidth for link in way)
-        chunk = nvls_tree_chunk_bytes(nbytes, channels, per_node, nodes)
+            hop = sum(topology.links[i].latency for i in topology.route(0, per_node))
+        if topology.reducing_switches:
+            fill = pipeline_fill_bytes(nbytes, chunk, channels, per_node, depth, False)
         chunks = pipeline_chunks(nbytes / channels / per_node, chunk)
-        busiest = nbytes * max(intra, cross)
-        return 2 * step + 2 * depth * hop + busiest * (1 + 1 / chunks)
+        return (2 * step + 2 * depth * hop
+                + (nbytes * (1 + 1 / (chunks * per_node)) + fill) / self.in_switch_pace())
 
     def _node_trees(self, nodes: int) -> tuple[int, float]:
         """The double binary tree over ``nodes`` nodes: its deepest node's depth, and the

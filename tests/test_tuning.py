@@ -13,20 +13,21 @@ from algorithms.harness.tuner_file import (
     MAX_BYTES, TableTuner, TunerFileError, read_tuner_file, rows_for,
 )
 from algorithms.ops import Choice
+from algorithms.tuned import IN_SWITCH
 from simcomm import SizeOnly, simulate
 from simcomm.cli import main
 from simcomm.presets import make_preset
 from simcomm.tuning import CANDIDATES, ModelTuner
 
 FUNCTIONS = {"ring": "nccl_ring_allreduce", "tree": "nccl_tree_allreduce",
-             "nvls": "nvls_allreduce"}
+             "nvls": "nvls_allreduce", "nvls_tree": "nvls_tree_allreduce"}
 SIZES = (8, 64 << 10, 1 << 20, 16 << 20, 256 << 20)
 
 
 def message_level(topology, choice: Choice, nbytes: int) -> float:
     function = get_collective(FUNCTIONS[choice.algorithm]).function
     inputs = [SizeOnly(max(nbytes // 4, 1), np.float32)] * topology.size
-    protocol = {} if choice.algorithm == "nvls" else {"protocol": choice.protocol}
+    protocol = {} if choice.algorithm in IN_SWITCH else {"protocol": choice.protocol}
     return simulate(function, inputs, topology, record=False, channels=choice.channels,
                     **protocol).time
 
@@ -34,8 +35,10 @@ def message_level(topology, choice: Choice, nbytes: int) -> float:
 # How far an estimate may be from the message-level time: rings are a single pipeline step
 # per chunk and come within a few percent; a tree's chunks queue behind each other on links
 # that several channels share, which the estimate takes only as a bound (measured from 8 B
-# to 1 GiB on dgx-h100 and cluster-h100 with 2 and 8 nodes: from -37% to +40%).
-TOLERANCE = {"ring": 0.10, "tree": 0.45, "nvls": 0.10}
+# to 1 GiB on dgx-h100 and cluster-h100 with 2 and 8 nodes: from -37% to +40%). NVLS-tree's
+# estimate takes its chunks' way up and down the tree as one latency, which overlaps less at
+# the message level from 1 to 16 MiB (on 2 and 4 nodes: from -1% to +13%).
+TOLERANCE = {"ring": 0.10, "tree": 0.45, "nvls": 0.10, "nvls_tree": 0.15}
 
 
 @pytest.mark.parametrize("preset", ["dgx-h100", "cluster-h100:nodes=2"])
@@ -51,22 +54,24 @@ def test_estimates_stay_near_the_message_level_times(preset) -> None:
 
 @pytest.mark.parametrize("preset", ["dgx-h100", "cluster-h100:nodes=2"])
 def test_the_choice_is_within_a_few_percent_of_the_fastest_candidate(preset) -> None:
-    # Over the presets and every other power of two from 8 B to 1 GiB the worst choice
-    # measured was 0.3% slower than the fastest candidate.
+    # Over the presets and every power of two from 8 B to 1 GiB the worst choices measured
+    # were on two nodes, where the tree's estimate under LL128 runs low: 8.6% slower than
+    # the fastest candidate at 8 MiB (the ring under LL128), 5.8% at 1 MiB (NVLS-tree).
     topology = make_preset(preset)
     tuner = ModelTuner(topology)
     for nbytes in SIZES:
         nbytes = max(nbytes // 4, 1) * 4
         times = {c: message_level(topology, c, nbytes) for c in tuner.estimates("allreduce",
                                                                                  nbytes)}
-        assert times[tuner("allreduce", nbytes)] <= min(times.values()) * 1.05, nbytes
+        assert times[tuner("allreduce", nbytes)] <= min(times.values()) * 1.1, nbytes
 
 
 def test_small_calls_choose_ll_and_large_ones_simple_across_nodes() -> None:
     tuner = ModelTuner(make_preset("cluster-h100:nodes=2"))
     assert tuner("allreduce", 8).protocol is Protocol.LL
-    assert tuner("allreduce", 1 << 30).protocol is Protocol.SIMPLE
-    assert tuner("allreduce", 1 << 30).channels == 8
+    assert tuner("allreduce", 64 << 20) == Choice("ring", Protocol.SIMPLE, 8)
+    # As NCCL does on two nodes of H100 (the published tables of nccl-tests #294 and #309).
+    assert tuner("allreduce", 1 << 30) == Choice("nvls_tree", Protocol.SIMPLE, 16)
 
 
 @pytest.mark.parametrize("name", ["nccl_allreduce", "nccl_reduce_scatter", "nccl_all_gather"])
@@ -126,17 +131,21 @@ def test_rows_cover_every_size_and_merge_equal_neighbours() -> None:
     assert tuner("allgather", 17) == Choice("ring", Protocol.SIMPLE, 0)  # no row: the default
 
 
-def test_simcomm_tune_writes_a_file_that_reads_back_as_the_same_choices(tmp_path, capsys
-                                                                        ) -> None:
+@pytest.mark.parametrize("preset, nodes, ranks", [("cluster-h100:nodes=2", 2, 16),
+                                                  ("dgx-h100", 1, 8)])
+def test_simcomm_tune_writes_a_file_that_reads_back_as_the_same_choices(
+        tmp_path, capsys, preset, nodes, ranks) -> None:
+    # Both files hold in-switch choices (NVLS-tree across two nodes, NVLS on one).
     out = tmp_path / "tuner.csv"
-    assert main(["tune", "--topology", "cluster-h100:nodes=2", "--out", str(out)]) == 0
+    assert main(["tune", "--topology", preset, "--out", str(out)]) == 0
     text = out.read_text()
     assert text.splitlines()[2] == ("# collective_type,min_bytes,max_bytes,algorithm,protocol,"
                                     "channels,nNodes,nRanks")
     rows = read_tuner_file(out)
     assert {r.collective for r in rows} == set(CANDIDATES)
-    assert all(r.nodes == 2 and r.ranks == 16 for r in rows)
-    tuner, model = TableTuner(rows, 2, 16), ModelTuner(make_preset("cluster-h100:nodes=2"))
+    assert all(r.nodes == nodes and r.ranks == ranks for r in rows)
+    assert any(r.choice.algorithm in IN_SWITCH for r in rows)
+    tuner, model = TableTuner(rows, nodes, ranks), ModelTuner(make_preset(preset))
     for nbytes in (8, 4096, 1 << 20, 1 << 26, 1 << 34):
         assert tuner("allreduce", nbytes) == model("allreduce", nbytes)
 
@@ -144,7 +153,8 @@ def test_simcomm_tune_writes_a_file_that_reads_back_as_the_same_choices(tmp_path
 @pytest.mark.parametrize("line, message", [
     ("allreduce,0,10,ring,simple,-1,-1", "expected 8 to 10 comma-separated fields"),
     ("alltoall,0,10,ring,simple,-1,-1,-1", "unknown collective_type 'alltoall'"),
-    ("allreduce,0,10,nvls,simple,-1,-1,-1", "algorithm 'nvls' is not one this project runs"),
+    ("allreduce,0,10,collnet_direct,simple,-1,-1,-1",
+     "algorithm 'collnet_direct' is not one this project runs"),
     ("allreduce,0,10,ring,fast,-1,-1,-1", "unknown protocol 'fast'"),
     ("allreduce,0,x,ring,simple,-1,-1,-1", "max_bytes must be an integer, got 'x'"),
     ("allreduce,20,10,ring,simple,-1,-1,-1", "min_bytes 20 is above max_bytes 10"),

@@ -25,7 +25,7 @@ COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol",
            "nNodes", "nRanks")
 COLLECTIVES = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce")
 # NCCL's algorithm names that this project runs (``algorithms.tuned.nccl_allreduce``).
-ALGORITHMS = ("ring", "tree")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree")
 MAX_BYTES = 2**64 - 1  # size_t's largest: the last range of a file covers every larger size
 
 
