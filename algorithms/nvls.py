@@ -87,6 +87,8 @@ def pipeline_fill_bytes(nbytes: int, chunk_bytes: int, channels: int, heads: int
     multicast, the copy out; buffers registered with NCCL skip the two copies. A round (a
     chunk per head on every channel) then leaves the last stage one round later for every
     stage after the first."""
+    if heads == 1 and depth == 0:  # one GPU alone: nothing to pipeline
+        return 0
     stages = 2 * depth + 1 + (0 if registered else 2)
     return (stages - 1) * min(nbytes, channels * heads * chunk_bytes)
 

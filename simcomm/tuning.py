@@ -194,7 +194,8 @@ class ModelTuner:
                 way = [topology.links[i] for i in topology.route(0, per_node)]
                 cross = self._node_trees(nodes)[1] / per_node / min(
                     link.bandwidth for link in way)
-            self._pace = 1 / max(intra, cross)
+            slowest = max(intra, cross)  # 0: one GPU alone, nothing crosses a link
+            self._pace = 1 / slowest if slowest else math.inf
         return self._pace
 
     def _hierarchical(self, comm: Comm, nbytes: int, protocol: Protocol) -> float:

@@ -64,6 +64,16 @@ def test_unregistered_buffers_pass_a_copy_stage_before_and_after_the_switch(p) -
                                         rel=1e-9)
 
 
+def test_one_rank_alone_has_nothing_to_fill() -> None:
+    # A counterexample the property tests found: the fill's pace divided by zero.
+    alone = replace(switch(1, BANDWIDTH, LATENCY), reducing_switches=("switch",))
+    for algorithm in (nvls_allreduce, nvls_tree_allreduce):
+        result = simulate(algorithm, [np.array([2.0], np.float16)], alone, channels=3,
+                          chunk_bytes=64)
+        assert result.results[0].tolist() == [2.0] and result.time == 0.0
+    assert pipeline_fill_bytes(1 << 20, 1 << 17, 16, 1, 0, False) == 0
+
+
 def test_the_pipeline_fills_one_round_per_stage_after_the_first() -> None:
     # A round is a chunk per head on every channel: 16 x 8 x 128 KiB = 16 MiB. One node:
     # copy in, switch, copy out. Two nodes: also a hop up and a hop down the tree.

@@ -37,7 +37,7 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("nccl_tree_allreduce", {"channels": 3, "chunk_bytes": 500, "protocol": "ll"}),
     ("hierarchical_allreduce", {}),
     ("nvls_allreduce", {"channels": 3, "chunk_bytes": 64}),  # 16 channels cost 3x as much
-    ("nvls_tree_allreduce", {"channels": 3, "chunk_bytes": 64}),
+    ("nvls_tree_allreduce", {"channels": 3, "chunk_bytes": 64, "registered": True}),
     ("nccl_allreduce", {}),  # whatever the model's tuner picks at the drawn size
     ("nccl_allreduce", {"algorithm": "tree", "protocol": "ll128", "channels": 2}),
     ("nccl_reduce_scatter", {}),
