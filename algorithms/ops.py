@@ -307,7 +307,8 @@ class Launch:
     hardware the launch costs what it costs and the op does nothing. ``algorithm`` and
     ``channels`` say what runs, for reports (as NCCL_DEBUG=INFO does). ``fill_bytes`` are
     the bytes of each GPU's buffer that pass the kernel's pipeline stages before it runs at
-    its steady pace (``algorithms.nvls``): a simulator charges them at the switch's rate."""
+    its steady pace (``algorithms.nvls.pipeline_fill_bytes``): a simulator charges them at
+    that pace where a switch reduces."""
 
     protocol: Protocol = Protocol.SIMPLE
     algorithm: str = ""
