@@ -236,7 +236,11 @@ class Topology:
     def switch_rate(self, rank: int) -> float:
         """Bytes per second of in-switch traffic (NVLS) on ``rank``'s way to the switch
         that reduces for its node: ``switch_efficiency`` of the slowest link on it."""
+        self._check_rank("switch_rate", rank)
         per_node = self.local_size or len(self.ranks)
+        if per_node == 1:
+            raise ValueError(f"topology {self.name!r}: rank {rank} shares its node with no "
+                             "other rank, so no in-switch traffic leaves it")
         first = rank - rank % per_node
         mate = first + (rank - first + 1) % per_node
         return self.switch_efficiency * min(self.links[i].bandwidth

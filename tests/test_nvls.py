@@ -74,6 +74,14 @@ def test_one_rank_alone_has_nothing_to_fill() -> None:
     assert pipeline_fill_bytes(1 << 20, 1 << 17, 16, 1, 0, False) == 0
 
 
+def test_the_switch_rate_names_bad_ranks_and_lone_gpus() -> None:
+    assert reducing_switch(4, 0.5).switch_rate(3) == 0.5 * BANDWIDTH
+    with pytest.raises(ValueError, match="switch_rate for rank 4"):
+        reducing_switch(4).switch_rate(4)
+    with pytest.raises(ValueError, match="shares its node with no other rank"):
+        switch(1, BANDWIDTH, LATENCY).switch_rate(0)
+
+
 def test_the_pipeline_fills_one_round_per_stage_after_the_first() -> None:
     # A round is a chunk per head on every channel: 16 x 8 x 128 KiB = 16 MiB. One node:
     # copy in, switch, copy out. Two nodes: also a hop up and a hop down the tree.
