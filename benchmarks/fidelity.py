@@ -41,7 +41,7 @@ BANDWIDTH_BOUND = 64 << 20  # bytes: from here, the bandwidth-bound regime
 ALGORITHMS = {"all_reduce_perf": "nccl_allreduce", "reduce_scatter_perf": "nccl_reduce_scatter",
               "all_gather_perf": "nccl_all_gather"}
 # NCCL_ALGO as a table forced it -> the simulator's algorithm parameter.
-FORCED_ALGORITHMS = {"ring": "ring", "nvlstree": "nvls_tree"}
+FORCED_ALGORITHMS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,57 @@
+"""``benchmarks/fidelity.py``: every published table reads, and maps to the preset and
+algorithm that model it (or to the reason none does), as its header says."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+PUBLISHED = Path(__file__).parent.parent / "benchmarks" / "published"
+
+
+def _fidelity():
+    spec = importlib.util.spec_from_file_location(
+        "fidelity", Path(__file__).parent.parent / "benchmarks" / "fidelity.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("fidelity", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+fidelity = _fidelity()
+
+
+@pytest.mark.parametrize("path", sorted(PUBLISHED.glob("*.csv")), ids=lambda p: p.stem)
+def test_every_published_table_reads_with_its_source(path) -> None:
+    table = fidelity.read_table(path)
+    assert table.header["source"].startswith("https://")
+    assert table.sizes and len(table.sizes) == len(table.times_us)
+    assert list(table.sizes) == sorted(table.sizes)
+    assert all(t > 0 for t in table.times_us)
+    assert isinstance(fidelity.model_for(table), (tuple, str))
+
+
+@pytest.mark.parametrize("name, model", [
+    ("h100-1node-default-dgxcbench", ("dgx-h100", "nccl_allreduce", {})),
+    ("h100-1node-4gpu-default-allgather-ncclcollbench",
+     ("dgx-h100:gpus=4", "nccl_all_gather", {})),
+    ("h100-2nodes-ring-nccltests309gj",
+     ("cluster-h100:nodes=2", "nccl_allreduce", {"algorithm": "ring"})),
+    ("h100-2nodes-nvlstree-nccltests294",
+     ("cluster-h100:nodes=2", "nccl_allreduce", {"algorithm": "nvls_tree"})),
+    ("h200-2nodes-default-ocisuperant", ("cluster-h200:nodes=2", "nccl_allreduce", {})),
+    ("a100-2nodes-default-ocioke", ("cluster-a100:nodes=2", "nccl_allreduce", {})),
+    ("h100-2nodes-default-gcpa3mega", "no preset for a TCP network (GPUDirect-TCPXO)"),
+])
+def test_tables_map_to_the_model_their_headers_describe(name, model) -> None:
+    assert fidelity.model_for(fidelity.read_table(PUBLISHED / f"{name}.csv")) == model
+
+
+def test_an_algorithm_the_simulator_lacks_is_named(tmp_path) -> None:
+    text = (PUBLISHED / "h100-2nodes-nvlstree-nccltests294.csv").read_text()
+    path = tmp_path / "collnet.csv"
+    path.write_text(text.replace("NCCL_ALGO=NVLSTree", "NCCL_ALGO=CollnetDirect"))
+    assert fidelity.model_for(fidelity.read_table(path)) == "NCCL_ALGO=CollnetDirect not modelled"
