@@ -4,6 +4,8 @@ message-level times, its choices, tuner files (NCCL's example plugin's CSV) and
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -24,7 +26,11 @@ FUNCTIONS = {"ring": "nccl_ring_allreduce", "tree": "nccl_tree_allreduce",
 SIZES = (8, 64 << 10, 1 << 20, 16 << 20, 256 << 20)
 
 
-def message_level(topology, choice: Choice, nbytes: int) -> float:
+@functools.cache
+def message_level(preset: str, choice: Choice, nbytes: int) -> float:
+    """``choice`` at ``nbytes`` on ``preset`` at the message level (cached: two tests weigh
+    the same runs)."""
+    topology = make_preset(preset)
     function = get_collective(FUNCTIONS[choice.algorithm]).function
     inputs = [SizeOnly(max(nbytes // 4, 1), np.float32)] * topology.size
     protocol = {} if choice.algorithm in IN_SWITCH else {"protocol": choice.protocol}
@@ -47,7 +53,7 @@ def test_estimates_stay_near_the_message_level_times(preset) -> None:
     tuner = ModelTuner(topology)
     for nbytes in SIZES:
         for choice, estimate in tuner.estimates("allreduce", max(nbytes // 4, 1) * 4).items():
-            simulated = message_level(topology, choice, nbytes)
+            simulated = message_level(preset, choice, nbytes)
             assert estimate == pytest.approx(simulated, rel=TOLERANCE[choice.algorithm]), (
                 choice, nbytes)
 
@@ -61,7 +67,7 @@ def test_the_choice_is_within_a_few_percent_of_the_fastest_candidate(preset) -> 
     tuner = ModelTuner(topology)
     for nbytes in SIZES:
         nbytes = max(nbytes // 4, 1) * 4
-        times = {c: message_level(topology, c, nbytes) for c in tuner.estimates("allreduce",
+        times = {c: message_level(preset, c, nbytes) for c in tuner.estimates("allreduce",
                                                                                  nbytes)}
         assert times[tuner("allreduce", nbytes)] <= min(times.values()) * 1.1, nbytes
 
