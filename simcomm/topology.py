@@ -242,7 +242,7 @@ class Topology:
             raise ValueError(f"topology {self.name!r}: rank {rank} shares its node with no "
                              "other rank, so no in-switch traffic leaves it")
         first = rank - rank % per_node
-        mate = first + (rank - first + 1) % per_node
+        mate = first + 1 if rank == first else first  # another GPU of its node
         return self.switch_efficiency * min(self.links[i].bandwidth
                                             for i in self.route(rank, mate))
 

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from algorithms.nccl import rail_ring, ring_slices
-from algorithms.nccl_tree import double_binary_tree, node_depth, tree_chunk_bytes, tree_parents
+from algorithms.nccl_tree import double_binary_tree, tree_chunk_bytes, tree_parents
 from algorithms.nvls import (
     NVLS_CHANNELS, nvls_chunk_bytes, nvls_tree_chunk_bytes, pipeline_chunks,
-    pipeline_fill_bytes,
+    pipeline_fill_bytes, tree_depth,
 )
 from algorithms.ops import Choice, Comm, Protocol
 from algorithms.tuned import IN_SWITCH
@@ -235,14 +235,12 @@ class ModelTuner:
         """The double binary tree over ``nodes`` nodes: its deepest node's depth, and the
         most tree edges at one node, averaged over the two trees (cached)."""
         if nodes not in self._trees_of_nodes:
-            depth, load = 0, 0.0
+            load = 0.0
             for node in range(nodes):
-                edges = 0
-                for tree, (parent, children) in enumerate(double_binary_tree(nodes, node)):
-                    edges += (parent != -1) + sum(child != -1 for child in children)
-                    depth = max(depth, node_depth(nodes, node, tree))
+                edges = sum((parent != -1) + sum(child != -1 for child in children)
+                            for parent, children in double_binary_tree(nodes, node))
                 load = max(load, edges / 2)
-            self._trees_of_nodes[nodes] = (depth, load)
+            self._trees_of_nodes[nodes] = (tree_depth(nodes), load)
         return self._trees_of_nodes[nodes]
 
     @staticmethod
