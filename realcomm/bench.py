@@ -34,9 +34,11 @@ from algorithms.harness.bench import (
     AVERAGES, DTYPES, BenchConfig, BenchRow, RunSpread, bench_row, buffer_count, check_inputs,
     count_wrong, rank_time,
 )
-from algorithms.harness.catalog import Collective
+from algorithms.harness.catalog import Collective, channel_names
 from algorithms.ops import ReduceOp
-from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, Driver
+from realcomm.driver import (
+    DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, Driver, launcher_local_size,
+)
 
 # nccl-tests' defaults (src/common.cu): -w 5 warm-up runs, -n 20 timed runs.
 WARMUP_ITERS = 5
@@ -116,13 +118,17 @@ def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device,
     config.check_world(dist.get_world_size())
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    driver = Driver(timeout=options.timeout, slice_bytes=options.slice_bytes,
-                    check=options.check_messages)
+    world = dist.get_world_size()
+    channels = channel_names(config.collective.name, dict(config.params),
+                             launcher_local_size(world) or world)
+    driver = Driver(channels=channels, timeout=options.timeout,
+                    slice_bytes=options.slice_bytes, check=options.check_messages)
     rows = []
     for size in config.sizes:
         rows.append(_bench_size(config, options, driver, device, size))
         if on_row is not None and driver.comm.rank == 0:
             on_row(rows[-1])
+    driver.close()  # `-d all` and `-o all` make one driver per type and op
     return rows
 
 

@@ -202,7 +202,7 @@ class Driver:
         if self.is_member:
             size = dist.get_world_size(group)
             if local_size is None and ranks is None:
-                local_size = _launcher_local_size(size)
+                local_size = launcher_local_size(size)
             self.comm = Comm(dist.get_rank(group), size, local_size, tuner)
             self._global_ranks = dist.get_process_group_ranks(group)
             # Every rank of a new communicator takes part in its first op: NCCL wants that
@@ -220,6 +220,16 @@ class Driver:
         """The channels a task may be spawned on (the main channel not included)."""
         return tuple(name for name in self._groups if name != MAIN_CHANNEL)
 
+    def close(self) -> None:
+        """Destroy the process groups this driver made (its channels', and its main one
+        unless it is the world's), freeing their communicators; the driver cannot run
+        after. Collective, as making it was."""
+        for group in self._groups.values():
+            if group not in (dist.group.WORLD, dist.GroupMember.NON_GROUP_MEMBER):
+                dist.destroy_process_group(group)
+        self._groups = {}
+        self.is_member = False
+
     def run(self, algorithm: Callable[..., Any], x: torch.Tensor, /, *,
             check_args: bool = True, equal_lengths: bool = True, **params: Any) -> Any:
         """Run ``algorithm(comm, x, **params)`` for this rank and return its result.
@@ -233,7 +243,8 @@ class Driver:
         loops turn it off.
         """
         if not self.is_member:
-            raise RuntimeError("this process is not one of the driver's ranks")
+            raise RuntimeError("this process is not one of the driver's ranks, or the driver is "
+                               "closed")
         if not isinstance(x, torch.Tensor) or x.dim() != 1 or not x.is_contiguous():
             raise TypeError(f"x must be a 1-D contiguous torch tensor, got "
                             f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
@@ -317,8 +328,9 @@ def _span(buf: torch.Tensor) -> tuple[torch.device, int, int]:
     return buf.device, start, start + buf.numel() * buf.element_size()
 
 
-def _launcher_local_size(world_size: int) -> int | None:
-    """Ranks per node as torchrun tells them (LOCAL_WORLD_SIZE), if they divide the world."""
+def launcher_local_size(world_size: int) -> int | None:
+    """Ranks per node as torchrun tells them (LOCAL_WORLD_SIZE), if they divide the world;
+    None otherwise (then a driver over the whole world takes it for one node)."""
     text = os.environ.get("LOCAL_WORLD_SIZE", "")
     if text.isdigit() and 0 < int(text) <= world_size and world_size % int(text) == 0:
         return int(text)

@@ -82,7 +82,8 @@ def init_from_env(device: torch.device | str | None = None, backend: str | None 
                   timeout: float = DEFAULT_TIMEOUT) -> torch.device:
     """Join the process group that the launcher's environment describes (``env://``).
 
-    Returns this process's device: ``cuda:LOCAL_RANK`` for CUDA, made current, or the CPU.
+    Returns this process's device: ``cuda:LOCAL_RANK`` for CUDA (ranks share the GPUs in turn
+    when there are more ranks than GPUs), made current, or the CPU.
     """
     missing = [name for name in _ENV_VARS if name not in os.environ]
     if missing:
@@ -97,7 +98,9 @@ def _init(local_rank: int, device: torch.device | str | None, backend: str | Non
     device = default_device() if device is None else torch.device(device)
     bound = None
     if device.type == "cuda":
-        device = bound = torch.device("cuda", local_rank)
+        # More local ranks than GPUs share them in turn (gloo takes that; NCCL only from
+        # 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1, and refuses it otherwise).
+        device = bound = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
         torch.cuda.set_device(device)
     dist.init_process_group(backend or backend_for(device),
                             timeout=datetime.timedelta(seconds=timeout), device_id=bound,

@@ -102,6 +102,31 @@ COLLECTIVES: MappingProxyType[str, Collective] = MappingProxyType({
 })
 
 
+# The built-in collectives that run NCCL's rings on channels of their own.
+_RING_COLLECTIVES = ("nccl_ring_allreduce", "nccl_ring_reduce_scatter", "nccl_ring_all_gather",
+                     "nccl_reduce_scatter", "nccl_all_gather")
+
+
+def channel_names(name: str, params: dict[str, Any], ranks_per_node: int) -> list[str]:
+    """The channels that the built-in collective ``name`` spawns tasks on, run with the
+    keyword arguments ``params`` on ranks ``ranks_per_node`` to a node, with no tuner (so
+    the tuned collectives run the ring unless ``algorithm`` says otherwise); empty for one
+    that spawns none and for a user's algorithm. A transport that maps each channel to a
+    communicator of its own, made before the run (realcomm's ``Driver``), declares these."""
+    channels = params.get("channels", 0)
+    algorithm = params.get("algorithm", tuned.AUTO)
+    tuned_allreduce = name == "nccl_allreduce"
+    if name in ("nvls_allreduce", "nvls_tree_allreduce") or (
+            tuned_allreduce and algorithm in tuned.IN_SWITCH):
+        return nvls.nvls_channels(channels or nvls.NVLS_CHANNELS)
+    count = channels or ranks_per_node  # the NCCL-class default: one per rank of a node
+    if name == "nccl_tree_allreduce" or (tuned_allreduce and algorithm == "tree"):
+        return nccl_tree.tree_channels(count)
+    if name in _RING_COLLECTIVES or (tuned_allreduce and algorithm in (tuned.AUTO, "ring")):
+        return nccl.ring_channels(count) if count > 1 else []  # one ring runs in the caller
+    return []
+
+
 def get_collective(name: str, kind: str | None = None) -> Collective:
     """A built-in collective by its Python name, or a user's algorithm by
     ``module.path:function`` (``user_collective``), with errors that say what is wrong.
