@@ -9,6 +9,9 @@ Each op of ``algorithms.ops`` becomes torch work on the tensor's own device:
 * A plain ``Recv`` lands in its buffer directly. A reducing one lands in a scratch buffer
   that the driver owns and reuses (keyed by length, dtype and device), and is folded into
   the buffer with an in-place torch op once the data is there.
+* gloo cannot move CUDA memory (its point-to-point ops take the pointer for host memory), so
+  over gloo a CUDA tensor travels through host memory: a send is copied out when it is
+  posted, a receive lands in a host buffer and is copied or folded in when waited.
 * ``Wait`` waits for the works; ``Copy``, ``Combine``, ``Divide`` and ``Alloc`` are torch
   ops;
   ``Compute`` runs its ``work`` if it has one (a real layer's forward, say), else sleeps for
@@ -89,6 +92,7 @@ _all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 # Check mode: a message's header travels on this tag, its data on a tag of its own (_data_tag).
 _HEADER_TAG = 0
 _MAX_TAG = 2**31 - 1  # gloo takes tags that fit an int
+_HOST = torch.device("cpu")
 # Integer types by width, to read a buffer's bytes as words for its checksum.
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -199,6 +203,8 @@ class Driver:
         # Peers are ranks of the group; torch's point-to-point ops take global ranks.
         self._global_ranks: list[int] = []
         self._scratch: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
+        # gloo moves host memory only: CUDA tensors are staged through it.
+        self.stages_cuda = self.is_member and dist.get_backend(group) == "gloo"
         if self.is_member:
             size = dist.get_world_size(group)
             if local_size is None and ranks is None:
@@ -235,7 +241,8 @@ class Driver:
         """Run ``algorithm(comm, x, **params)`` for this rank and return its result.
 
         Collective: every rank of the driver calls it. The algorithm works on ``x`` in place
-        (a 1-D contiguous tensor; CPU tensors need gloo, CUDA tensors NCCL). With
+        (a 1-D contiguous tensor; CPU tensors need gloo, CUDA tensors go over NCCL, or over
+        gloo through host memory). With
         ``check_args`` the ranks first compare the algorithm, its parameters, the dtype and
         device type, the channels, the slicing, check mode and (with ``equal_lengths``;
         turn it off for an uneven all-to-all) the length, and all raise
@@ -300,9 +307,11 @@ class Driver:
                 raise ArgumentMismatchError(f"ranks disagree on the {key} of this run: "
                                             f"{listed}")
 
-    def _take_scratch(self, like: torch.Tensor) -> torch.Tensor:
-        free = self._scratch.get((len(like), like.dtype, like.device))
-        return free.pop() if free else torch.empty_like(like)
+    def _take_scratch(self, like: torch.Tensor, device: torch.device | None = None
+                      ) -> torch.Tensor:
+        device = like.device if device is None else device
+        free = self._scratch.get((len(like), like.dtype, device))
+        return free.pop() if free else torch.empty(len(like), dtype=like.dtype, device=device)
 
     def _give_scratch(self, buf: torch.Tensor) -> None:
         self._scratch.setdefault((len(buf), buf.dtype, buf.device), []).append(buf)
@@ -540,21 +549,27 @@ class _Run(Interpreter):
     @staticmethod
     def _header(h: _Handle) -> torch.Tensor:
         """Check mode: a send's header (its length and dtype), or the buffer for a
-        receive's."""
+        receive's, where the message travels from."""
+        device = (h.buf if h.scratch is None else h.scratch).device
         if not h.is_send:
-            return torch.empty(2, dtype=torch.int64, device=h.buf.device)
+            return torch.empty(2, dtype=torch.int64, device=device)
         return torch.tensor([len(h.buf), _dtype_code(h.buf.dtype)], dtype=torch.int64,
-                            device=h.buf.device)
+                            device=device)
 
     def _place(self, h: _Handle) -> None:
         """Decide where a receive lands: in its buffer, unless it reduces or its memory is
         shared with another send or receive in flight (the rules of ``algorithms.protocol``
-        keep everything else off it until it is waited)."""
+        keep everything else off it until it is waited), or it travels through host memory;
+        a send travelling through host memory is copied there now."""
+        staged = self.driver.stages_cuda and h.buf.is_cuda
         if h.is_send:
+            if staged:
+                h.scratch = self.driver._take_scratch(h.buf, _HOST)
+                h.scratch.copy_(h.buf)
             return
-        if h.reduce is not None or any(overlaps(h.span, o.span)
-                                       for o in self.outstanding.values()):
-            h.scratch = self.driver._take_scratch(h.buf)
+        if staged or h.reduce is not None or any(overlaps(h.span, o.span)
+                                                 for o in self.outstanding.values()):
+            h.scratch = self.driver._take_scratch(h.buf, _HOST if staged else None)
 
     def _slices(self, count: int, itemsize: int) -> list[tuple[int, int]]:
         slice_bytes = self.driver.slice_bytes
@@ -589,10 +604,11 @@ class _Run(Interpreter):
             combine = _COMBINE.get(h.reduce)
             for works, start, stop in h.pieces:
                 self._wait_works(h, works, deadline)
+                arrived = h.scratch[start:stop].to(h.buf.device)
                 if combine is None:
-                    h.buf[start:stop].copy_(h.scratch[start:stop])
+                    h.buf[start:stop].copy_(arrived)
                 else:
-                    combine(h.buf[start:stop], h.scratch[start:stop])
+                    combine(h.buf[start:stop], arrived)
             finished.add(id(h))
         for h in handles:
             if id(h) not in finished:
