@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from dataclasses import asdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -156,46 +157,92 @@ def ddp_against_torch() -> float:
     return max((a - b).abs().max().item() for a, b in zip(ours.parameters(), theirs.parameters()))
 
 
-def fsdp_against_torch() -> float:
-    """On every rank: train realcomm's FSDP and torch's ``fully_shard`` on the same shards;
-    the largest difference of losses and full parameters after four steps."""
+def fsdp_ours() -> tuple[list[float], list[list[float]]]:
+    """On every rank: realcomm's FSDP for four steps; the losses and full parameters."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = FullyShardedSequential(small_model(), forward_prefetch=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for inputs, targets in batches(7, 4 * world):
+        mine = slice(rank * 4, (rank + 1) * 4)
+        losses.append(model.train_step(inputs[mine], targets[mine],
+                                       torch.nn.functional.cross_entropy))
+        optimizer.step()
+        optimizer.zero_grad()
+    return losses, [p.detach().reshape(-1).tolist() for p in model.full_parameters()]
+
+
+def fsdp_torch() -> tuple[list[float], list[list[float]]]:
+    """On every rank: torch's ``fully_shard`` (a unit per layer) on the same shards."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    ours = FullyShardedSequential(small_model(), forward_prefetch=True)
-    theirs = small_model()
+    model = small_model()
     mesh = init_device_mesh("cuda", (world,))
-    for layer in theirs:
+    for layer in model:
         if any(True for _ in layer.parameters()):
             fully_shard(layer, mesh=mesh)
-    fully_shard(theirs, mesh=mesh)
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ours, theirs)]
-    worst = 0.0
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
     for inputs, targets in batches(7, 4 * world):
         mine = slice(rank * 4, (rank + 1) * 4)
-        our_loss = ours.train_step(inputs[mine], targets[mine],
-                                   torch.nn.functional.cross_entropy)
-        their_loss = torch.nn.functional.cross_entropy(theirs(inputs[mine]), targets[mine])
-        their_loss.backward()
-        worst = max(worst, abs(our_loss - their_loss.item()))
-        for optimizer in optimizers:
-            optimizer.step()
-            optimizer.zero_grad()
-    full = zip(ours.full_parameters(), (p.full_tensor() for p in theirs.parameters()))
-    return max(worst, *((a - b).abs().max().item() for a, b in full))
+        loss = torch.nn.functional.cross_entropy(model(inputs[mine]), targets[mine])
+        losses.append(loss.item())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return losses, [p.full_tensor().detach().reshape(-1).tolist() for p in model.parameters()]
+
+
+def fsdp_alone(world: int) -> tuple[list[float], list[list[float]]]:
+    """One process training on the whole batch that ``world`` FSDP ranks split."""
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for inputs, targets in batches(7, 4 * world):
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        losses.append(loss.item())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return losses, [p.detach().reshape(-1).tolist() for p in model.parameters()]
+
+
+def _largest_difference(ours: tuple[list[float], list[list[float]]],
+                        theirs: tuple[list[float], list[list[float]]]) -> float:
+    """The largest difference of losses plus the largest of parameters."""
+    return (max(abs(a - b) for a, b in zip(ours[0], theirs[0]))
+            + max(abs(a - b) for mine, other in zip(ours[1], theirs[1])
+                  for a, b in zip(mine, other)))
 
 
 def training(backend: str, ranks: int, environment: dict[str, str]) -> dict[str, Any]:
-    """Item 3 in one process group: the largest differences from torch, or the error."""
+    """Item 3 in one process group: the largest differences from torch and from one
+    process training on the whole batch, or the errors."""
     os.environ.update(environment)
     result: dict[str, Any] = {}
-    for name, fn in (("ddp", ddp_against_torch), ("fsdp", fsdp_against_torch)):
+    runs = {}
+    for name, fn in (("ddp", ddp_against_torch), ("fsdp ours", fsdp_ours),
+                     ("fsdp torch", fsdp_torch)):
         try:
-            result[name] = max(spawn(fn, ranks, device="cuda", backend=backend,
-                                     timeout=GROUP_TIMEOUT))
+            runs[name] = spawn(fn, ranks, device="cuda", backend=backend,
+                               timeout=GROUP_TIMEOUT)
         except Exception as error:  # noqa: BLE001 - a failure is a result too
             result[name] = f"{type(error).__name__}: {' '.join(str(error).split())[:600]}"
+    if "ddp" in runs:
+        result["ddp"] = max(runs["ddp"])
+    if "fsdp ours" in runs and "fsdp torch" in runs:
+        result["fsdp vs fully_shard"] = max(
+            _largest_difference(ours, theirs)
+            for ours, theirs in zip(runs["fsdp ours"], runs["fsdp torch"]))
+    if "fsdp ours" in runs:  # the ranks' mean loss is the whole batch's
+        alone = fsdp_alone(ranks)
+        mean_losses = [sum(step) / ranks for step in zip(*(r[0] for r in runs["fsdp ours"]))]
+        result["fsdp vs one process"] = max(
+            _largest_difference((mean_losses, params), alone)
+            for _, params in runs["fsdp ours"])
     for key in environment:
         os.environ.pop(key, None)
     return result
@@ -206,47 +253,59 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="JSON file for the results")
     parser.add_argument("--sizes", default="4KiB,1MiB,64MiB", help="item 1's sizes")
     parser.add_argument("--groups", default=",".join(g[0] for g in GROUPS),
-                        help="which of item 1's process groups to run")
+                        help="which process groups items 1 and 3 run in")
+    parser.add_argument("--items", default="1,2,3", help="which items to run")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("gpu_check.py: this machine has no CUDA device", file=sys.stderr)
         return 1
     report: dict[str, Any] = {"versions": versions()}
     print(json.dumps(report["versions"]), flush=True)
-    sizes = parse_sizes(args.sizes)
-    wanted = args.groups.split(",")
-    report["collectives"] = {}
-    for name, backend, ranks, environment in GROUPS:
-        if name not in wanted:
-            continue
-        began = time.perf_counter()
-        rows = run_group(backend, ranks, environment, sizes)
-        report["collectives"][name] = rows
-        wrong = sum(row.get("wrong") or 0 for row in rows)
-        errors = [row for row in rows if "error" in row]
-        print(f"\n## {name}: {len(rows) - len(errors)} rows, {wrong} wrong elements, "
-              f"{len(errors)} errors, {time.perf_counter() - began:.0f} s", flush=True)
-        for row in rows:
-            if "error" in row:
-                print(f"  {row.get('collective', '(group)')}: {row['error']}")
-            else:
-                print(f"  {row['collective']:34} {row['size']:>10} B {row['time_us']:>10.1f} us"
-                      f" busbw {row['busbw_GBps']:7.2f} GB/s wrong {row['wrong']} {row['algo']}")
-        json.dump(report, open(args.out, "w"), indent=1)
-    report["reduction"] = reduction_rates([2**k for k in range(20, 31, 2)])
-    print("\n## in-place add a += b")
-    for row in report["reduction"]:
-        print(f"  {row['dtype']:9} {row['bytes']:>11} B {row['us']:9.1f} us  one buffer "
-              f"{row['buffer_GBps']:7.1f} GB/s  read+written {row['traffic_GBps']:7.1f} GB/s")
-    json.dump(report, open(args.out, "w"), indent=1)
-    report["training"] = {}
-    for name, backend, ranks, environment in GROUPS:
-        if name not in wanted or ranks > 2:  # world sizes 1 and 2 are enough here
-            continue
-        report["training"][name] = training(backend, ranks, environment)
-        print(f"\n## DDP and FSDP, {name}: {report['training'][name]}", flush=True)
-    json.dump(report, open(args.out, "w"), indent=1)
+    items = args.items.split(",")
+    groups = [group for group in GROUPS if group[0] in args.groups.split(",")]
+    if "1" in items:
+        report["collectives"] = {}
+        for name, backend, ranks, environment in groups:
+            report["collectives"][name] = print_group(
+                name, lambda: run_group(backend, ranks, environment, parse_sizes(args.sizes)))
+            save(report, args.out)
+    if "2" in items:
+        report["reduction"] = reduction_rates([2**k for k in range(20, 31, 2)])
+        print("\n## in-place add a += b")
+        for row in report["reduction"]:
+            print(f"  {row['dtype']:9} {row['bytes']:>11} B {row['us']:9.1f} us  one buffer "
+                  f"{row['buffer_GBps']:7.1f} GB/s  read+written {row['traffic_GBps']:7.1f} GB/s")
+        save(report, args.out)
+    if "3" in items:
+        report["training"] = {}
+        for name, backend, ranks, environment in groups:
+            if ranks <= 2:  # world sizes 1 and 2 are enough here
+                report["training"][name] = training(backend, ranks, environment)
+                print(f"\n## DDP and FSDP, {name}: {report['training'][name]}", flush=True)
+                save(report, args.out)
     return 0
+
+
+def print_group(name: str, run: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Item 1 for one group: run it and print its rows as they come back."""
+    began = time.perf_counter()
+    rows = run()
+    wrong = sum(row.get("wrong") or 0 for row in rows)
+    errors = [row for row in rows if "error" in row]
+    print(f"\n## {name}: {len(rows) - len(errors)} rows, {wrong} wrong elements, "
+          f"{len(errors)} errors, {time.perf_counter() - began:.0f} s", flush=True)
+    for row in rows:
+        if "error" in row:
+            print(f"  {row.get('collective', '(group)')}: {row['error']}")
+        else:
+            print(f"  {row['collective']:34} {row['size']:>10} B {row['time_us']:>10.1f} us"
+                  f" busbw {row['busbw_GBps']:7.2f} GB/s wrong {row['wrong']} {row['algo']}")
+    return rows
+
+
+def save(report: dict[str, Any], path: str) -> None:
+    with open(path, "w") as out:
+        json.dump(report, out, indent=1)
 
 
 if __name__ == "__main__":

@@ -253,6 +253,22 @@ def _quoted(output: list[str]) -> str:
     return "; its last error output:\n" + "\n".join(output) if output else ""
 
 
+def shared_gpu_refusal(nprocs: int, gpus: int, nccl_version: tuple[int, ...],
+                       multi_rank_gpu_enable: str | None) -> str | None:
+    """Why NCCL would refuse ``nprocs`` local ranks on ``gpus`` GPUs, or None if it takes
+    them. More ranks than GPUs put two on one GPU, which NCCL refuses ("Duplicate GPU
+    detected") unless it is 2.30 or newer and NCCL_MULTI_RANK_GPU_ENABLE=1
+    (``ncclParamMultiRankGpuEnable``, NVIDIA/nccl v2.30.3 src/init.cc)."""
+    if nprocs <= gpus or (nccl_version >= (2, 30) and multi_rank_gpu_enable == "1"):
+        return None
+    version = ".".join(map(str, nccl_version))
+    how = ("NCCL_MULTI_RANK_GPU_ENABLE=1 allows it" if nccl_version >= (2, 30)
+           else "NCCL 2.30 and newer allow it with NCCL_MULTI_RANK_GPU_ENABLE=1")
+    return (f"{nprocs} ranks on {gpus} GPU(s) put two ranks on one GPU, which NCCL {version} "
+            f"refuses ({how}); use the gloo backend (CUDA tensors then travel through host "
+            f"memory) or at most {gpus} ranks")
+
+
 def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
           device: torch.device | str = "cpu", backend: str | None = None,
           timeout: float = DEFAULT_TIMEOUT) -> LocalGroup:
@@ -266,6 +282,13 @@ def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
     """
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
+    if (torch.device(device).type == "cuda" and torch.cuda.is_available()
+            and (backend or backend_for(device)) == "nccl"):
+        refusal = shared_gpu_refusal(nprocs, torch.cuda.device_count(),
+                                     torch.cuda.nccl.version(),
+                                     os.environ.get("NCCL_MULTI_RANK_GPU_ENABLE"))
+        if refusal is not None:
+            raise ValueError(refusal)
     try:
         payload = pickle.dumps(fn)
     except (pickle.PicklingError, AttributeError, TypeError) as error:

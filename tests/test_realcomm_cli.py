@@ -16,8 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from algorithms.harness.bench import CSV_HEADER
+from algorithms.harness.bench import CSV_HEADER, bench_config
+from algorithms.harness.catalog import COLLECTIVES
+from realcomm import spawn
+from realcomm.bench import RunOptions, bench_rank
 from realcomm.cli import main
+from realcomm.launch import shared_gpu_refusal
 from simcomm.cli import main as simcomm_main
 
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -230,3 +234,53 @@ def test_per_iteration_statistics_come_from_every_timed_run(
                          "lognormal:5us,1", "--format", "json"]) == 0
     simulated = json.loads(capsys.readouterr().out)[0]
     assert simulated.keys() == row.keys() and simulated["spread"].keys() == spread.keys()
+
+
+# -- every built-in collective, NCCL-class ones on their channels ---------------------------
+
+# Beside each built-in collective with its defaults: the tuned all-reduce forced onto each of
+# its algorithms, and a channel count given.
+FORCED = [("nccl_allreduce", ("algorithm=tree", "channels=2")),
+          ("nccl_allreduce", ("algorithm=nvls",)),
+          ("nccl_allreduce", ("algorithm=hierarchical",)),
+          ("nccl_ring_allreduce", ("channels=2", "protocol=ll")),
+          ("nvls_tree_allreduce", ("channels=3",))]
+
+
+def bench_every_collective() -> list[tuple[str, tuple[str, ...], int | None]]:
+    """On every rank: each built-in collective with its data checked, as ``realcomm bench
+    --check`` runs it; (name, params, wrong elements) per row."""
+    runs = [(name, ()) for name in COLLECTIVES] + FORCED
+    results = []
+    for name, params in runs:
+        config = bench_config(name, [0, 1536], params=params, check=True)
+        for row in bench_rank(config, RunOptions(warmup_iters=0, iters=1), torch.device("cpu")):
+            results.append((name, params, row.wrong))
+    return results
+
+
+def test_every_builtin_collective_runs_on_the_channels_bench_declares() -> None:
+    """NCCL-class collectives spawn tasks on channels, which realcomm maps to process groups
+    made up front: ``realcomm bench`` must declare each one they use."""
+    rows = spawn(bench_every_collective, 3)[0]
+    assert {name for name, _, _ in rows} == set(COLLECTIVES)
+    assert len(rows) == 2 * (len(COLLECTIVES) + len(FORCED))
+    assert [row for row in rows if row[2] != 0] == []
+
+
+@pytest.mark.parametrize(("nprocs", "gpus", "version", "enable", "refused"), [
+    (1, 1, (2, 28, 9), None, None),
+    (2, 1, (2, 28, 9), None, "NCCL 2.28.9 refuses (NCCL 2.30 and newer allow it"),
+    (2, 1, (2, 28, 9), "1", "NCCL 2.28.9 refuses"),
+    (4, 1, (2, 30, 3), None, "NCCL_MULTI_RANK_GPU_ENABLE=1 allows it"),
+    (4, 1, (2, 30, 3), "1", None),
+    (8, 8, (2, 21, 5), None, None),
+])
+def test_nccl_with_more_ranks_than_gpus_is_refused_up_front(
+        nprocs: int, gpus: int, version: tuple[int, ...], enable: str | None,
+        refused: str | None) -> None:
+    why = shared_gpu_refusal(nprocs, gpus, version, enable)
+    if refused is None:
+        assert why is None
+    else:
+        assert refused in why and "use the gloo backend" in why and "\n" not in why
