@@ -266,7 +266,7 @@ def shared_gpu_refusal(nprocs: int, gpus: int, nccl_version: tuple[int, ...],
            else "NCCL 2.30 and newer allow it with NCCL_MULTI_RANK_GPU_ENABLE=1")
     return (f"{nprocs} ranks on {gpus} GPU(s) put two ranks on one GPU, which NCCL {version} "
             f"refuses ({how}); use the gloo backend (CUDA tensors then travel through host "
-            f"memory) or at most {gpus} ranks")
+            f"memory) or at most {gpus} rank{'s' if gpus != 1 else ''}")
 
 
 def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,

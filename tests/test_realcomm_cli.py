@@ -284,3 +284,4 @@ def test_nccl_with_more_ranks_than_gpus_is_refused_up_front(
         assert why is None
     else:
         assert refused in why and "use the gloo backend" in why and "\n" not in why
+        assert why.endswith(f"at most {gpus} rank" + ("s" if gpus > 1 else ""))
