@@ -13,7 +13,10 @@ them, with the versions, to ``--out`` as JSON.
    1 MiB to 1 GiB, as bytes of one buffer per second (the presets' ``reduce_bandwidth``
    unit) and as bytes read and written per second.
 3. realcomm's DDP (``BucketedAllreduce``) and FSDP (``FullyShardedSequential``) on CUDA
-   tensors against torch's ``DistributedDataParallel`` and ``fully_shard``.
+   tensors against torch's ``DistributedDataParallel`` and ``fully_shard``, and FSDP
+   against one process training on the whole batch, at world sizes 1 and 2.
+
+``--groups`` and ``--items`` pick what to run.
 
     python benchmarks/gpu_check.py --out gpu_check.json
 """
@@ -25,8 +28,8 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -39,7 +42,7 @@ from realcomm.bench import RunOptions, bench_rank
 from realcomm.ddp import BucketedAllreduce
 from realcomm.fsdp import FullyShardedSequential
 
-# (name, backend, ranks, environment): the process groups item 1 runs.
+# (name, backend, ranks, environment): the process groups items 1 and 3 run in.
 GROUPS = (
     ("nccl-1", "nccl", 1, {}),
     ("gloo-cuda-2", "gloo", 2, {}),
