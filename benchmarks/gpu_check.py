@@ -24,11 +24,12 @@ them, with the versions, to ``--out`` as JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -88,19 +89,33 @@ def every_collective(sizes: list[int], device: torch.device) -> list[dict[str, A
 def run_group(backend: str, ranks: int, environment: dict[str, str],
               sizes: list[int]) -> list[dict[str, Any]]:
     """Item 1 for one process group, or the one error that kept it from running."""
+    with set_environment(environment):
+        try:
+            return spawn(every_collective, ranks, (sizes, torch.device("cuda")), device="cuda",
+                         backend=backend, timeout=GROUP_TIMEOUT)[0]
+        except Exception as error:  # noqa: BLE001 - a refused group is a result too
+            return [{"error": one_line(error)}]
+
+
+@contextlib.contextmanager
+def set_environment(environment: dict[str, str]) -> Iterator[None]:
+    """Run with ``environment`` added to this process's (and so the spawned ones'), then
+    put back what was there."""
     saved = {key: os.environ.get(key) for key in environment}
     os.environ.update(environment)
     try:
-        return spawn(every_collective, ranks, (sizes, torch.device("cuda")), device="cuda",
-                     backend=backend, timeout=GROUP_TIMEOUT)[0]
-    except Exception as error:  # noqa: BLE001 - a refused group is a result too
-        return [{"error": f"{type(error).__name__}: {' '.join(str(error).split())[:600]}"}]
+        yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def one_line(error: Exception) -> str:
+    """An error as one line of at most about 600 characters."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:600]}"
 
 
 def reduction_rates(sizes: list[int]) -> list[dict[str, Any]]:
@@ -224,16 +239,16 @@ def _largest_difference(ours: tuple[list[float], list[list[float]]],
 def training(backend: str, ranks: int, environment: dict[str, str]) -> dict[str, Any]:
     """Item 3 in one process group: the largest differences from torch and from one
     process training on the whole batch, or the errors."""
-    os.environ.update(environment)
     result: dict[str, Any] = {}
     runs = {}
     for name, fn in (("ddp", ddp_against_torch), ("fsdp ours", fsdp_ours),
                      ("fsdp torch", fsdp_torch)):
         try:
-            runs[name] = spawn(fn, ranks, device="cuda", backend=backend,
-                               timeout=GROUP_TIMEOUT)
+            with set_environment(environment):
+                runs[name] = spawn(fn, ranks, device="cuda", backend=backend,
+                                   timeout=GROUP_TIMEOUT)
         except Exception as error:  # noqa: BLE001 - a failure is a result too
-            result[name] = f"{type(error).__name__}: {' '.join(str(error).split())[:600]}"
+            result[name] = one_line(error)
     if "ddp" in runs:
         result["ddp"] = max(runs["ddp"])
     if "fsdp ours" in runs and "fsdp torch" in runs:
@@ -246,8 +261,6 @@ def training(backend: str, ranks: int, environment: dict[str, str]) -> dict[str,
         result["fsdp vs one process"] = max(
             _largest_difference((mean_losses, params), alone)
             for _, params in runs["fsdp ours"])
-    for key in environment:
-        os.environ.pop(key, None)
     return result
 
 
