@@ -204,7 +204,7 @@ class Driver:
         self._global_ranks: list[int] = []
         self._scratch: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
         # gloo moves host memory only: CUDA tensors are staged through it.
-        self.stages_cuda = self.is_member and dist.get_backend(group) == "gloo"
+        self._stages_cuda = self.is_member and dist.get_backend(group) == "gloo"
         if self.is_member:
             size = dist.get_world_size(group)
             if local_size is None and ranks is None:
@@ -561,7 +561,7 @@ class _Run(Interpreter):
         shared with another send or receive in flight (the rules of ``algorithms.protocol``
         keep everything else off it until it is waited), or it travels through host memory;
         a send travelling through host memory is copied there now."""
-        staged = self.driver.stages_cuda and h.buf.is_cuda
+        staged = self.driver._stages_cuda and h.buf.is_cuda
         if h.is_send:
             if staged:
                 h.scratch = self.driver._take_scratch(h.buf, _HOST)
