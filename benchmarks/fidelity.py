@@ -106,6 +106,11 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
         preset = f"cluster-{kind}:nodes={count}"
     else:
         return f"no preset for nodes of {gpus} GPUs"
+    # NCCL_MIN_CTAS or NCCL_MIN_NCHANNELS raise NCCL's channel count to at least theirs.
+    minimum = re.search(r"NCCL_MIN_(?:CTAS|NCHANNELS)=(\d+)", table.header.get("command", ""))
+    if minimum:
+        channels = max(int(minimum.group(1)), make_preset(preset).channels or 0)
+        preset += f"{',' if ':' in preset else ':'}channels={channels}"
     return preset, ALGORITHMS[program], params
 
 

@@ -104,11 +104,20 @@ B200_LL_BANDWIDTH = 2 * 141.0 * GB
 INTEL_HOSTS_LL_BANDWIDTH = {2: 39.0 * GB, 3: 20.4 * GB}  # nodes (3: three or more) -> rate
 # DGX A100 hosts have AMD EPYC CPUs (NVIDIA DGX A100 User Guide), as Oracle's A100 nodes do.
 AMD_HOSTS_LL_BANDWIDTH = {2: 22.5 * GB, 3: 19.0 * GB}
-# What one channel moves per second under LL128 at most, NCCL's perChMaxRingLL128Bws (same
-# file and version), by GPU generation, on any number of nodes.
-A100_LL128_CHANNEL_BANDWIDTH = 20.0 * GB
-H100_LL128_CHANNEL_BANDWIDTH = 36.7 * GB
-B200_LL128_CHANNEL_BANDWIDTH = 2 * 36.7 * GB
+# What one channel moves per second under LL128 at most, by GPU generation, on any number of
+# nodes: NCCL's perChMaxRingLL128Bws (same file and version) is per channel of its topology
+# search, and NCCL runs every search channel as two (below), so each gets half of it.
+A100_LL128_CHANNEL_BANDWIDTH = 20.0 / 2 * GB
+H100_LL128_CHANNEL_BANDWIDTH = 36.7 / 2 * GB
+B200_LL128_CHANNEL_BANDWIDTH = 36.7 * GB
+# How many channels NCCL runs its rings and trees on. Its topology search finds rings of a
+# speed from its list for the GPU generation (src/graph/search.cc, NVIDIA/nccl v2.26.2):
+# on one node as many of the fastest as the GPU's NVLinks carry (A100: 6 of 40 GB/s in its
+# 240; H100: 6 of 60 in 370.8; B200: 8 of 90 in 720), across nodes one per NIC at the NIC's
+# speed (48 GB/s for 400 Gb/s, 24 for 200 Gb/s). ``nccl_channels`` does the rest.
+A100_ONE_NODE_RINGS = (6, 40 * GB)
+H100_ONE_NODE_RINGS = (6, 60 * GB)
+B200_ONE_NODE_RINGS = (8, 90 * GB)
 # NVLink SHARP (NVLS): the NVSwitches of H100, H200 and B200 nodes reduce and multicast.
 # NCCL's cost model gives the NVLS all-reduce 5/6 of the links' bandwidth and a latency of
 # 25 us over NVLink, its whole cost with no base latency (the NVLS ratio and hwLat,
@@ -145,12 +154,34 @@ class NodeFigures:
     pcie: float  # a GPU's PCIe link to a NIC it shares, bytes/second
     ll_one_node: float  # NCCL's llMaxBw on one node, bytes/second
     ll_across: Mapping[int, float]  # nodes (3: three or more) -> llMaxBw of the hosts' CPUs
-    ll128_channel: float  # NCCL's perChMaxRingLL128Bw, bytes/second
+    ll128_channel: float  # half NCCL's perChMaxRingLL128Bw, bytes/second
     nvls: bool  # the NVSwitch reduces and multicasts
+    compute_capability: int  # 80: Ampere, 90: Hopper, 100: Blackwell
+    one_node_rings: tuple[int, float]  # rings NCCL's search finds on one node, their speed
 
     def ll_bandwidth(self, nodes: int) -> float:
         """NCCL's llMaxBw on ``nodes`` nodes."""
         return self.ll_one_node if nodes == 1 else self.ll_across[min(nodes, 3)]
+
+    def channels(self, nodes: int, nics: int) -> int:
+        """How many channels NCCL runs rings and trees on over ``nodes`` of these nodes
+        with ``nics`` NICs each."""
+        rings, speed = self.one_node_rings if nodes == 1 else (nics, self.nic)
+        return nccl_channels(rings, speed, self.compute_capability)
+
+
+def nccl_channels(rings: int, ring_speed: float, compute_capability: int) -> int:
+    """How many channels NCCL runs its rings and trees on, from the ``rings`` its topology
+    search finds at ``ring_speed`` bytes/second each. The search doubles them where each
+    carries 25 GB/s or more, except on Hopper and newer past four rings under 50 GB/s
+    (``ncclTopoDupChannels``, NVIDIA/nccl v2.26.2 src/graph/search.cc), and every search
+    channel runs as two (src/graph/connect.cc; S. Jeaugey in NVIDIA/nccl issue #1041: the
+    execution channels are typically twice the search channels). NCCL's logs agree: 24
+    channels on H100s joined by NVLink (NVIDIA/nccl issue #1781), 16 on H800s with 8 NVLinks
+    each (issue #892)."""
+    doubled = ring_speed >= 25 * GB and not (
+        compute_capability > 80 and ring_speed < 50 * GB and rings > 4)
+    return 2 * rings * (2 if doubled else 1)
 
 
 @dataclass(frozen=True)
@@ -174,16 +205,32 @@ PUBLISHED_BUSBW: Mapping[str, Published] = MappingProxyType({
 
 DGX_A100 = NodeFigures(A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM,
                        HDR_NIC_DATA, PCIE_GEN4_X16_DATA, A100_LL_BANDWIDTH,
-                       AMD_HOSTS_LL_BANDWIDTH, A100_LL128_CHANNEL_BANDWIDTH, nvls=False)
+                       AMD_HOSTS_LL_BANDWIDTH, A100_LL128_CHANNEL_BANDWIDTH, nvls=False,
+                       compute_capability=80, one_node_rings=A100_ONE_NODE_RINGS)
 DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
                        NDR_NIC_DATA, PCIE_GEN5_X16_DATA, H100_LL_BANDWIDTH,
-                       INTEL_HOSTS_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH, nvls=True)
+                       INTEL_HOSTS_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH, nvls=True,
+                       compute_capability=90, one_node_rings=H100_ONE_NODE_RINGS)
 DGX_H200 = replace(DGX_H100, hbm=H200_SXM_HBM)
 # DGX B200: eight ConnectX-7 cards for the cluster network, up to 400 Gb/s each (NVIDIA DGX
 # B200 User Guide), so NDR's figure as for DGX H100.
 DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        PCIE_GEN5_X16_DATA, B200_LL_BANDWIDTH, INTEL_HOSTS_LL_BANDWIDTH,
-                       B200_LL128_CHANNEL_BANDWIDTH, nvls=True)
+                       B200_LL128_CHANNEL_BANDWIDTH, nvls=True, compute_capability=100,
+                       one_node_rings=B200_ONE_NODE_RINGS)
+
+
+def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: int,
+                 nics: int) -> Topology:
+    """``topology`` running rings and trees on ``channels`` (0: NCCL's count for these
+    nodes). More channels than NCCL's share its LL128 ceiling: NCCL's cost model takes it
+    per channel of its search, however many run (src/graph/tuning.cc)."""
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 0:
+        raise ValueError(f"channels must be an int >= 0 (0: NCCL's count), got {channels!r}")
+    nccls = node.channels(nodes, nics)
+    count = channels or nccls
+    return replace(topology, channels=count,
+                   ll128_channel_bandwidth=node.ll128_channel * nccls / count)
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -192,27 +239,28 @@ def _positive_int(name: str, value: int) -> int:
     return value
 
 
-def dgx_a100(gpus: int = GPUS_PER_DGX) -> Topology:
-    """DGX A100 (640 GB): 8 A100 80GB SXM4 on NVSwitch, or the first ``gpus`` of them."""
-    return _dgx("dgx-a100", DGX_A100, gpus)
+def dgx_a100(gpus: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
+    """DGX A100 (640 GB): 8 A100 80GB SXM4 on NVSwitch, or the first ``gpus`` of them;
+    ``channels`` for rings and trees (0: NCCL's count, ``nccl_channels``)."""
+    return _dgx("dgx-a100", DGX_A100, gpus, channels)
 
 
-def dgx_h100(gpus: int = GPUS_PER_DGX) -> Topology:
+def dgx_h100(gpus: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
     """DGX H100: 8 H100 SXM5 on NVSwitch, or the first ``gpus`` of them; the NVSwitch
-    reduces and multicasts (NVLS)."""
-    return _dgx("dgx-h100", DGX_H100, gpus)
+    reduces and multicasts (NVLS). ``channels`` as for ``dgx_a100``."""
+    return _dgx("dgx-h100", DGX_H100, gpus, channels)
 
 
-def dgx_h200(gpus: int = GPUS_PER_DGX) -> Topology:
+def dgx_h200(gpus: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
     """DGX H200: DGX H100 with H200's memory (141 GB at 4.8 TB/s), or the first ``gpus``
-    of its 8 GPUs."""
-    return _dgx("dgx-h200", DGX_H200, gpus)
+    of its 8 GPUs. ``channels`` as for ``dgx_a100``."""
+    return _dgx("dgx-h200", DGX_H200, gpus, channels)
 
 
-def dgx_b200(gpus: int = GPUS_PER_DGX) -> Topology:
+def dgx_b200(gpus: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
     """DGX B200: 8 B200 on fifth-generation NVSwitch (NVLS), or the first ``gpus`` of
-    them."""
-    return _dgx("dgx-b200", DGX_B200, gpus)
+    them. ``channels`` as for ``dgx_a100``."""
+    return _dgx("dgx-b200", DGX_B200, gpus, channels)
 
 
 def with_injection(topology: Topology) -> Topology:
@@ -232,16 +280,18 @@ def with_nvls(topology: Topology) -> Topology:
                    switch_latency=NVLS_SWITCH_LATENCY)
 
 
-def _dgx(name: str, node: NodeFigures, gpus: int) -> Topology:
+def _dgx(name: str, node: NodeFigures, gpus: int, channels: int) -> Topology:
     _positive_int("gpus", gpus)
     if gpus > GPUS_PER_DGX:
         raise ValueError(f"gpus must be at most {GPUS_PER_DGX}, got {gpus}")
     topo = switch(gpus, node.nvlink, NVLINK_STEP_LATENCY, node.hbm)
-    if gpus != GPUS_PER_DGX:
-        name = f"{name}:gpus={gpus}"
+    given = [f"{key}={value}" for key, value, default in
+             (("gpus", gpus, GPUS_PER_DGX), ("channels", channels, 0)) if value != default]
+    if given:
+        name += ":" + ",".join(given)
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
-                                  ll_bandwidth=node.ll_one_node,
-                                  ll128_channel_bandwidth=node.ll128_channel))
+                                  ll_bandwidth=node.ll_one_node))
+    topo = _on_channels(topo, channels, node, 1, GPUS_PER_DGX)
     return with_nvls(topo) if node.nvls else topo
 
 
@@ -255,30 +305,34 @@ def pcie_a100(gpus: int = 8) -> Topology:
                                   ll128_channel_bandwidth=A100_LL128_CHANNEL_BANDWIDTH))
 
 
-def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
+def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
     """DGX A100 nodes on one network switch: every GPU's 200 Gb/s NIC, or ``nics`` NICs per
-    node, each shared by the GPUs of its PCIe switch."""
-    return _cluster("cluster-a100", DGX_A100, nodes, nics)
+    node, each shared by the GPUs of its PCIe switch; ``channels`` for rings and trees (0:
+    NCCL's count, ``nccl_channels``; more: as NCCL_MIN_NCHANNELS would)."""
+    return _cluster("cluster-a100", DGX_A100, nodes, nics, channels)
 
 
-def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
+def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
     """DGX H100 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
-    node, each shared by the GPUs of its PCIe switch."""
-    return _cluster("cluster-h100", DGX_H100, nodes, nics)
+    node, each shared by the GPUs of its PCIe switch; ``channels`` as for
+    ``cluster_a100``."""
+    return _cluster("cluster-h100", DGX_H100, nodes, nics, channels)
 
 
-def cluster_h200(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
+def cluster_h200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
     """DGX H200 nodes, networked as ``cluster-h100``."""
-    return _cluster("cluster-h200", DGX_H200, nodes, nics)
+    return _cluster("cluster-h200", DGX_H200, nodes, nics, channels)
 
 
-def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX) -> Topology:
+def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
     """DGX B200 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
-    node, each shared by the GPUs of its PCIe switch."""
-    return _cluster("cluster-b200", DGX_B200, nodes, nics)
+    node, each shared by the GPUs of its PCIe switch; ``channels`` as for
+    ``cluster_a100``."""
+    return _cluster("cluster-b200", DGX_B200, nodes, nics, channels)
 
 
-def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int) -> Topology:
+def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: int
+             ) -> Topology:
     _positive_int("nodes", nodes)
     _positive_int("nics", nics)
     if GPUS_PER_DGX % nics:
@@ -290,9 +344,11 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int) -> Topology:
     else:
         name += f",nics={nics}"
         topo = _shared_nics(nodes, nics, node.nvlink, node.hbm, node.nic, node.pcie)
+    if channels:
+        name += f",channels={channels}"
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
-                                  ll_bandwidth=node.ll_bandwidth(nodes),
-                                  ll128_channel_bandwidth=node.ll128_channel))
+                                  ll_bandwidth=node.ll_bandwidth(nodes)))
+    topo = _on_channels(topo, channels, node, nodes, nics)
     return with_nvls(topo) if node.nvls else topo
 
 
@@ -357,7 +413,8 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     return with_nvls(with_injection(Topology(
         name, tuple(names), tuple(links), tuple(gpus), (dgx.hbm,) * len(gpus),
         GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes),
-        ll128_channel_bandwidth=dgx.ll128_channel)))
+        ll128_channel_bandwidth=dgx.ll128_channel,
+        channels=dgx.channels(nodes, GPUS_PER_DGX))))
 
 
 # -- the registry -----------------------------------------------------------------------------
@@ -375,21 +432,21 @@ class Preset:
 
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
     Preset("dgx-a100", "8x A100 80GB SXM4 on NVSwitch: 240 GB/s NVLink data rate per GPU "
-           "per direction, HBM 2039 GB/s (gpus=8: fewer take part)", dgx_a100,
-           (("gpus", GPUS_PER_DGX),)),
+           "per direction, HBM 2039 GB/s (gpus=8: fewer take part; channels=0: NCCL's)",
+           dgx_a100, (("gpus", GPUS_PER_DGX), ("channels", 0))),
     Preset("dgx-h100", "8x H100 SXM5 on NVSwitch: 370.8 GB/s NVLink data rate per GPU per "
-           "direction, NVLS, HBM 3350 GB/s (gpus=8: fewer take part)", dgx_h100,
-           (("gpus", GPUS_PER_DGX),)),
+           "direction, NVLS, HBM 3350 GB/s (gpus=8: fewer take part; channels=0: NCCL's)",
+           dgx_h100, (("gpus", GPUS_PER_DGX), ("channels", 0))),
     Preset("dgx-h200", "8x H200 SXM on NVSwitch: as dgx-h100, HBM 4800 GB/s (gpus=8: fewer "
-           "take part)", dgx_h200, (("gpus", GPUS_PER_DGX),)),
+           "take part; channels=0: NCCL's)", dgx_h200, (("gpus", GPUS_PER_DGX), ("channels", 0))),
     Preset("dgx-b200", "8x B200 on NVSwitch: 720 GB/s NVLink data rate per GPU per direction, "
-           "NVLS, HBM 8000 GB/s (gpus=8: fewer take part)", dgx_b200,
-           (("gpus", GPUS_PER_DGX),)),
+           "NVLS, HBM 8000 GB/s (gpus=8: fewer take part; channels=0: NCCL's)", dgx_b200,
+           (("gpus", GPUS_PER_DGX), ("channels", 0))),
     Preset("pcie-a100", "A100 80GB PCIe cards on one PCIe Gen4 x16 switch, 24 GB/s per GPU "
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
     *(Preset(f"cluster-{gpu}", f"DGX {gpu.upper()} nodes, one {nic} Gb/s NIC per GPU into one "
-             "network switch (nodes=2, nics=8: NICs per node)", build,
-             (("nodes", 2), ("nics", GPUS_PER_DGX)))
+             "network switch (nodes=2, nics=8: NICs per node, channels=0: NCCL's)", build,
+             (("nodes", 2), ("nics", GPUS_PER_DGX), ("channels", 0)))
       for gpu, nic, build in (("h100", 400, cluster_h100), ("a100", 200, cluster_a100),
                               ("h200", 400, cluster_h200), ("b200", 400, cluster_b200))),
     Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "

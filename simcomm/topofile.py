@@ -22,6 +22,8 @@ Two forms. The explicit form lists nodes and links::
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
     switch_efficiency = 0.8333       # their share of a link's bandwidth (default 1)
     switch_latency = "4.9us"         # what each in-switch op waits there (default 0)
+    channels = 16                    # how many channels NCCL runs rings and trees on
+                                     # (optional; default: one per rank of a machine)
 
     [defaults]                       # for every link and GPU that does not say otherwise
     bandwidth = "100GB/s"            # per direction
@@ -57,8 +59,8 @@ Instead of ``gpus`` and ``switches`` a file may list ``nodes`` (every node, in o
                                      # latency_tree_ll, latency_tree_ll128; hierarchical takes
                                      # intra_latency_ll, inter_latency_tree, ...
     reduce_bandwidth = "3350GB/s"
-    launch_latency = "8.4us"         # optional, as in the explicit form (ll_bandwidth and
-                                     # the switch keys too)
+    launch_latency = "8.4us"         # optional, as in the explicit form (ll_bandwidth,
+                                     # the switch keys and channels too)
 
 A link's LL or LL128 latency that no key gives is None: the link's ``latency`` (Simple's)
 applies. A link with no tree latency key has none (its tree messages take its other
@@ -106,7 +108,7 @@ _TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
 # Keys of what the machine does besides its links, in both forms.
 _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "reducing_switches",
-                 "switch_efficiency", "switch_latency")
+                 "switch_efficiency", "switch_latency", "channels")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
@@ -293,6 +295,8 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
         machine["switch_efficiency"] = float(share)
     if "switch_latency" in data:
         machine["switch_latency"] = reader.latency(data["switch_latency"], "switch_latency")
+    if "channels" in data:
+        machine["channels"] = reader.count(data["channels"], "channels")
     return machine
 
 
@@ -590,6 +594,8 @@ def dump_topology(topology: Topology) -> str:
         doc["switch_efficiency"] = topology.switch_efficiency
     if topology.switch_latency:
         doc["switch_latency"] = format_latency(topology.switch_latency)
+    if topology.channels is not None:
+        doc["channels"] = topology.channels
     links = topology.links
     reduce_default = _most_common(topology.reduce_bandwidth)
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}

@@ -139,7 +139,8 @@ class Topology:
     bandwidth; each such op's data wait ``switch_latency`` seconds in the switch besides
     their links' latencies. ``compute_speed[r]`` is how fast rank r computes against the
     nominal speed a ``Compute`` op's seconds are given at (0.8: a GPU 20% slow takes 1.25x
-    as long); empty means every rank at 1.
+    as long); empty means every rank at 1. ``channels`` is how many channels NCCL runs its
+    rings and trees on here, the count a tuner gives them (None: one per rank of a node).
     """
 
     name: str
@@ -156,6 +157,7 @@ class Topology:
     switch_efficiency: float = 1.0
     switch_latency: float = 0.0
     compute_speed: tuple[float, ...] = ()
+    channels: int | None = None
     # Routes found so far, and each node's links out and in: made anew for every instance
     # (``dataclasses.replace`` too), so a copy with other links never sees stale routes.
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
@@ -190,6 +192,9 @@ class Topology:
                 or len(self.ranks) % self.local_size):
             raise ValueError(f"topology {self.name!r}: local_size must be an int >= 1 that "
                              f"divides its {len(self.ranks)} ranks, got {self.local_size!r}")
+        if self.channels is not None and (type(self.channels) is not int or self.channels < 1):
+            raise ValueError(f"topology {self.name!r}: channels must be an int >= 1 (None: one "
+                             f"per rank of a node), got {self.channels!r}")
         if not (isinstance(self.ll_bandwidth, (int, float)) and self.ll_bandwidth > 0):
             raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
                              f"(inf: no limit), got {self.ll_bandwidth!r}")

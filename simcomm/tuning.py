@@ -77,8 +77,9 @@ class ModelTuner:
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
-        # Rings and trees alike run one channel per rank of a node: every NIC busy.
-        self.channels = topology.local_size or topology.size
+        # Rings and trees alike run on NCCL's channels, or else one per rank of a node:
+        # every NIC busy.
+        self.channels = topology.channels or topology.local_size or topology.size
         self._choices: dict[tuple[str, int], Choice] = {}
         self._shapes: dict[tuple[str, int, Protocol], _Shape] = {}
         self._trees_of_nodes: dict[int, tuple[int, float]] = {}

@@ -87,7 +87,7 @@ def test_cluster_a100_figures():
     assert _route(two, 7, 8) == [("gpu7", "net"), ("net", "gpu8")]
     assert sorted({round(link.bandwidth / GB, 6) for link in two.links}) == [24, 240]
     assert (two.ll_bandwidth, four.ll_bandwidth) == (22.5 * GB, 19.0 * GB)
-    assert two.ll128_channel_bandwidth == 20.0 * GB
+    assert two.ll128_channel_bandwidth == 20.0 / 2 * GB
     assert not two.reducing_switches
     assert set(two.reduce_bandwidth) == {2039 * GB}
 
@@ -99,7 +99,7 @@ def test_h200_and_b200_figures():
     assert h200.reducing_switches == h100.reducing_switches
     # B200: 18 NVLinks of 40 GB/s, twice Hopper's LL rate and LL128 ceiling, NVLS.
     assert {round(link.bandwidth / GB, 6) for link in b200.links} == {720}
-    assert (b200.ll_bandwidth, b200.ll128_channel_bandwidth) == (282 * GB, 73.4 * GB)
+    assert (b200.ll_bandwidth, b200.ll128_channel_bandwidth) == (282 * GB, 73.4 / 2 * GB)
     assert b200.reducing_switches and set(b200.reduce_bandwidth) == {8000 * GB}
     # Across nodes: Intel hosts, NDR NICs.
     cluster = make_preset("cluster-b200:nodes=4")
@@ -147,9 +147,9 @@ def test_fattree_uplinks_follow_the_oversubscription():
 
 @pytest.mark.parametrize("spec, message", [
     ("dgx-b300", "unknown preset 'dgx-b300'"),
-    ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus)"),
+    ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus, channels)"),
     ("dgx-h100:gpus=9", "gpus must be at most 8, got 9"),
-    ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes, nics)"),
+    ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes, nics, channels)"),
     ("cluster-h100:nics=3", "nics must divide the 8 GPUs of a node, got 3"),
     ("cluster-a100:nics=0", "nics must be an int >= 1"),
     ("cluster-a100:nics=16", "nics must divide the 8 GPUs of a node, got 16"),

@@ -13,6 +13,7 @@ from algorithms import (
     Launch, Protocol, Recv, Send, Wait, nccl_ring_allreduce, nccl_tree_allreduce,
 )
 from algorithms.nccl import as_protocol
+from algorithms.nvls import NVLS_CHANNELS
 from simcomm import SizeOnly, simulate
 from simcomm.presets import NCCL_LAUNCH_LATENCY, make_preset
 from simcomm.topology import WIRE_EFFICIENCY, Link, PerProtocol, Topology, fully_connected
@@ -111,8 +112,41 @@ def test_a_rate_of_ll_or_ll128_paces_a_channels_sends_in_its_pipe(protocol, fiel
 
 
 def test_presets_carry_nccls_ll128_ceiling_per_channel() -> None:
-    assert make_preset("cluster-h100:nodes=2").ll128_channel_bandwidth == 36.7e9
-    assert make_preset("dgx-a100").ll128_channel_bandwidth == 20e9
+    # NCCL's figure is per channel of its search; it runs each as two channels.
+    assert make_preset("cluster-h100:nodes=2").ll128_channel_bandwidth == 36.7e9 / 2
+    assert make_preset("dgx-a100").ll128_channel_bandwidth == 20e9 / 2
+
+
+@pytest.mark.parametrize("spec, channels", [
+    # One node: six rings of NCCL's fastest speed doubled by the search, then run as two.
+    ("dgx-h100", 24), ("dgx-h100:gpus=4", 24), ("dgx-a100", 24), ("dgx-b200", 32),
+    # Across nodes: a ring per NIC, not doubled past four of under 50 GB/s on Hopper...
+    ("cluster-h100:nodes=2", 16), ("cluster-h100:nodes=4,nics=4", 16),
+    ("cluster-h100:nodes=2,nics=1", 4), ("fattree-h100", 16),
+    # ...nor where a ring carries under 25 GB/s (200 Gb/s NICs).
+    ("cluster-a100:nodes=2", 16), ("cluster-a100:nodes=2,nics=4", 8),
+    # Given: as NCCL_MIN_NCHANNELS sets it.
+    ("cluster-h100:nodes=8,channels=24", 24), ("dgx-h100:channels=32", 32),
+])
+def test_presets_run_rings_and_trees_on_nccls_channels(spec: str, channels: int) -> None:
+    topology = make_preset(spec)
+    assert topology.channels == channels and topology.name.startswith(spec)
+    assert ModelTuner(topology)("allreduce", 1 << 30).channels in (channels, NVLS_CHANNELS)
+
+
+def test_more_channels_share_nccls_ll128_ceiling() -> None:
+    # NCCL's tuner caps LL128 per search channel, however many channels NCCL_MIN_CTAS runs.
+    default, more = make_preset("cluster-h100:nodes=8"), make_preset(
+        "cluster-h100:nodes=8,channels=24")
+    assert default.channels * default.ll128_channel_bandwidth == pytest.approx(8 * 36.7e9)
+    assert more.channels * more.ll128_channel_bandwidth == pytest.approx(8 * 36.7e9)
+
+
+def test_a_bad_channel_count_is_named() -> None:
+    with pytest.raises(ValueError, match="channels must be an int >= 0"):
+        make_preset("cluster-h100:channels=-2")
+    with pytest.raises(ValueError, match="channels must be an int >= 1"):
+        replace(make_preset("dgx-h100"), channels=0)
 
 
 def test_presets_carry_nccls_figures_per_protocol() -> None:
