@@ -18,6 +18,7 @@ from simcomm.topofile import (
     TopologyFileError, dump_topology, format_bandwidth, format_latency, load_topology,
     parse_topology,
 )
+from simcomm.tuning import ModelTuner
 
 LAB_PAIR = """\
 # Two lab servers, 4 GPUs each on a PCIe switch, joined through one 100 Gb/s NIC per server.
@@ -497,6 +498,16 @@ def test_local_size_round_trips_and_reaches_the_algorithm() -> None:
         yield
 
     assert simulate(node_sizes, [SizeOnly(0)] * 16, again).results == [8] * 16
+
+
+def test_a_channel_count_reaches_the_tuner_and_a_bad_one_is_refused() -> None:
+    text = ('gpus = 4\nchannels = 6\ndefaults = { bandwidth = "1GB/s", latency = "1us" }\n'
+            'switches = ["sw"]\nlink = [{ src = ["gpu0", "gpu1", "gpu2", "gpu3"], '
+            'dst = "sw" }]')
+    topology = parse_topology(text)
+    assert ModelTuner(topology)("allreduce", 1 << 20).channels == 6
+    with pytest.raises(TopologyFileError, match="channels: must be an integer >= 1"):
+        parse_topology(text.replace("channels = 6", "channels = 0"))
 
 
 def test_a_local_size_that_does_not_divide_the_ranks_is_refused() -> None:
