@@ -101,7 +101,8 @@ _LATENCIES = st.floats(0.0, 1e-5, allow_subnormal=False)  # seconds
 def topologies(draw: st.DrawFn, world_size: int) -> Topology:
     """Ring, fully connected, switch or hierarchical topologies of ``world_size`` ranks with
     random bandwidths, latencies and reduction bandwidths, switches that may reduce and
-    multicast (NVLS), and random extra latency per link."""
+    multicast (NVLS), random extra latency per link, and maybe a channel count for the
+    tuner's rings and trees (``Topology.channels``, more than a node's ranks too)."""
     kind = draw(st.sampled_from(("ring", "fully_connected", "switch", "hierarchical")))
     bandwidth, latency = draw(_BANDWIDTHS), draw(_LATENCIES)
     reduce_bandwidth = draw(st.one_of(st.just(math.inf), _BANDWIDTHS))
@@ -120,6 +121,8 @@ def topologies(draw: st.DrawFn, world_size: int) -> Topology:
         topology = replace(topology, reducing_switches=switches,
                            switch_efficiency=draw(st.floats(0.1, 1.0)),
                            switch_latency=draw(_LATENCIES))
+    if draw(st.booleans()):
+        topology = replace(topology, channels=draw(st.integers(1, world_size + 2)))
     max_jitter = draw(_LATENCIES)
     if max_jitter > 0:
         topology = topology.with_latency_jitter(draw(st.integers(0, 2**32 - 1)), max_jitter)
