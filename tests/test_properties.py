@@ -63,6 +63,11 @@ FEWER_EXAMPLES = {"nccl_ring_allreduce": 1, "nccl_ring_reduce_scatter": 1,
                   "nccl_all_gather": 1, "nvls_allreduce": 1, "nvls_tree_allreduce": 1}
 
 
+def _ids(variants: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    return ["-".join([name, *(f"{k}={v}" for k, v in params.items())])
+            for name, params in variants]
+
+
 def budget(name: str = "") -> settings:
     """The loaded profile, with more examples (so ``dev`` still explores more than ``ci``)."""
     per_example = FEWER_EXAMPLES.get(name, EXAMPLES_PER_PROFILE_EXAMPLE)
@@ -73,8 +78,7 @@ def test_every_collective_has_a_variant_here() -> None:
     assert {name for name, _ in VARIANTS} == set(COLLECTIVES)
 
 
-@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=[
-    "-".join([name, *(f"{k}={v}" for k, v in params.items())]) for name, params in VARIANTS])
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=_ids(VARIANTS))
 def test_collective_matches_reference(name: str, params: dict[str, Any]) -> None:
     collective = COLLECTIVES[name]
     check_collective(collective.function, collective.reference, params=params,
@@ -100,14 +104,13 @@ def test_all_to_all_with_uneven_split_sizes(case: Case) -> None:
 
 
 ALLREDUCE_VARIANTS = [(name, params) for name, params in VARIANTS if name.endswith("allreduce")]
+# The costly ones get fewer examples here too (FEWER_EXAMPLES).
+COSTLY_ALLREDUCE_VARIANTS = [v for v in ALLREDUCE_VARIANTS if v[0] in FEWER_EXAMPLES]
+CHEAP_ALLREDUCE_VARIANTS = [v for v in ALLREDUCE_VARIANTS if v[0] not in FEWER_EXAMPLES]
 
 
-@pytest.mark.parametrize(("name", "params"), ALLREDUCE_VARIANTS, ids=[
-    "-".join([name, *(f"{k}={v}" for k, v in params.items())])
-    for name, params in ALLREDUCE_VARIANTS])
-@budget()
-@given(data=st.data())
-def test_every_allreduce_leaves_the_same_bits_on_every_rank(name, params, data) -> None:
+def same_bits_on_every_rank(name: str, params: dict[str, Any], data: st.DataObject) -> None:
+    """Every rank ends an all-reduce of arbitrary floats with the same bits."""
     # Arbitrary floats, whose sums depend on the order they are added in: ranks that fold
     # in different orders end with different bits, and DDP replicas would drift apart.
     p = data.draw(st.integers(2, 9), label="world size")
@@ -122,6 +125,22 @@ def test_every_allreduce_leaves_the_same_bits_on_every_rank(name, params, data) 
     first = result.results[0].view(np.uint32)
     for rank, got in enumerate(result.results[1:], 1):
         assert np.array_equal(got.view(np.uint32), first), f"rank {rank} differs from rank 0"
+
+
+@pytest.mark.parametrize(("name", "params"), CHEAP_ALLREDUCE_VARIANTS,
+                         ids=_ids(CHEAP_ALLREDUCE_VARIANTS))
+@budget()
+@given(data=st.data())
+def test_every_allreduce_leaves_the_same_bits_on_every_rank(name, params, data) -> None:
+    same_bits_on_every_rank(name, params, data)
+
+
+@pytest.mark.parametrize(("name", "params"), COSTLY_ALLREDUCE_VARIANTS,
+                         ids=_ids(COSTLY_ALLREDUCE_VARIANTS))
+@settings(max_examples=settings.default.max_examples)  # as FEWER_EXAMPLES gives them
+@given(data=st.data())
+def test_every_costly_allreduce_leaves_the_same_bits_on_every_rank(name, params, data) -> None:
+    same_bits_on_every_rank(name, params, data)
 
 
 def test_whole_buffer_alltoall_allreduce_is_the_same_on_every_rank() -> None:
