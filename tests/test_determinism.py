@@ -36,6 +36,10 @@ def fingerprint(result: SimResult) -> tuple:
             results)
 
 
+# NVLS's 16 channels by default cost the most per run; three show the same (in)determinism.
+PARAMS = {"nvls_allreduce": {"channels": 3}, "nvls_tree_allreduce": {"channels": 3}}
+
+
 @pytest.mark.parametrize("name", sorted(COLLECTIVES))
 @pytest.mark.parametrize("cost_only", [False, True], ids=["numpy", "size_only"])
 @given(seed=st.integers(0, 2**32 - 1), length=st.integers(0, 50))
@@ -48,7 +52,7 @@ def test_the_same_run_twice_is_identical(name, cost_only, seed, length) -> None:
             inputs = [SizeOnly(length)] * topology.size
         else:
             inputs = numpy_inputs(topology.size, length, seed)
-        return simulate(algorithm, inputs, topology)
+        return simulate(algorithm, inputs, topology, **PARAMS.get(name, {}))
 
     first, second = once(), once()
     assert fingerprint(first) == fingerprint(second)

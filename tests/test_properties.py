@@ -19,9 +19,9 @@ from simcomm import simulate, switch
 from simcomm.testing import Case, buffers, check_case, check_collective, dtypes, topologies
 
 # A case takes a few milliseconds to draw and simulate, so each test affords several times
-# the profile's number of examples (5 keeps the suite under ten minutes on two cores; the
+# the profile's number of examples (4 keeps the suite under ten minutes on two cores; the
 # dev profile, 300 examples against ci's 50, explores six times as many).
-EXAMPLES_PER_PROFILE_EXAMPLE = 5
+EXAMPLES_PER_PROFILE_EXAMPLE = 4
 
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("ring_allreduce", {}),
