@@ -524,8 +524,8 @@ def _per_protocol(costs: PerProtocol) -> str:
 def describe(topology: Topology) -> str:
     """A readable summary: nodes, links grouped by class (bandwidth in GB/s per direction,
     latency in us, the LL and LL128 latencies where a link has them, and the gap per message
-    where there is one), the launch latency per protocol unless it is zero, reduce bandwidths
-    and ranks.
+    where there is one), the launch latency per protocol unless it is zero, the channels of
+    rings and trees where the topology gives them, reduce bandwidths and ranks.
 
     Links fall in one class when their ends match after replacing digits by ``N`` and their
     bandwidth, latencies and gap agree; a class whose reverse class has as many links is shown
@@ -562,6 +562,8 @@ def describe(topology: Topology) -> str:
     if launch != NO_LAUNCH_LATENCY:
         lines.append(f"launch latency per collective: {_per_protocol(launch)}"
                      + (f" (tree: {_per_protocol(launch.tree)})" if launch.tree else ""))
+    if topology.channels is not None:
+        lines.append(f"channels of rings and trees: {topology.channels}")
     if topology.reducing_switches:
         lines.append(f"reduce and multicast in switch (NVLS): "
                      f"{' '.join(topology.reducing_switches[:4])}"

@@ -107,9 +107,11 @@ def test_topo_show_gives_protocol_latencies_where_there_are_some(
             in out)
     assert ("launch latency per collective: Simple 8.4 us, LL 6.6 us, LL128 14 us "
             "(tree: Simple 8.4 us, LL 6.8 us, LL128 14 us)\n") in out
+    assert "channels of rings and trees: 24\n" in out  # NCCL's count on one H100 node
     path.write_text(SWITCH_FILE, encoding="utf-8")
     status, out, _ = run(capsys, "topo", "show", str(path))
     assert status == 0 and " LL" not in out and "launch latency" not in out
+    assert "channels" not in out
 
 
 def test_bench_on_a_preset_times_the_preset(capsys: pytest.CaptureFixture[str]) -> None:
