@@ -87,10 +87,10 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
         algorithm = FORCED_ALGORITHMS.get(forced.group(1).lower())
         if algorithm is None:
             return f"NCCL_ALGO={forced.group(1)} not modelled"
-        if program != "all_reduce_perf":
-            return f"NCCL_ALGO={forced.group(1)} is the only choice for this collective: run it " \
-                   "as default"
-        params["algorithm"] = algorithm
+        if program == "all_reduce_perf":
+            params["algorithm"] = algorithm
+        elif algorithm != "ring":  # the simulator reduce-scatters and all-gathers on rings
+            return f"NCCL_ALGO={forced.group(1)} not modelled for this collective"
     if "TCPXO" in table.header.get("nic", ""):
         return "no preset for a TCP network (GPUDirect-TCPXO)"
     layout = table.header.get("gpus_per_node", "")

@@ -53,20 +53,30 @@ SLOWEST_RANK = 3
 # One host thread that drives several GPUs (nccl-tests' -g) launches their kernels one after
 # another. NVIDIA's NCCL developers put the higher small-size times of such runs down to CUDA's
 # launch overheads in a single process and advise one process per GPU (NVIDIA/nccl-tests
-# issue #333, where a small all-reduce on 2 and 4 B200 GPUs driven by one process took about
-# 9 and 22 us): about 5.5 us per GPU launched, the 4-GPU figure over its 4 launches.
-HOST_LAUNCH_PER_GPU = 5.5e-6  # seconds
+# issue #333). A row of such a run takes at least the host's time per iteration, a fixed part
+# and a part per GPU launched. No source gives the two apart, so they are fitted (least
+# squares) to the flat small-size times of every published -g table we hold: about 22 us for
+# 4 B200s (#333), 16.8, 21.5 and 23.5 us for 4 H100s (benchmarks/published, the
+# ncclcollbench tables) and 34.8 to 35.0 us for 8 H100s (the togethernccl tables).
+HOST_SECONDS_PER_ITERATION = 7.0e-6
+HOST_SECONDS_PER_GPU = 3.5e-6
+
+
+def host_floor_seconds(gpus_per_process: int) -> float:
+    """The least time of one iteration whose host thread launches ``gpus_per_process``
+    GPUs' kernels (nccl-tests' ``-g``)."""
+    return HOST_SECONDS_PER_ITERATION + gpus_per_process * HOST_SECONDS_PER_GPU
 
 
 def host_bound_seconds(collective_seconds: float, gpus_per_process: int) -> float:
     """The time of one of nccl-tests' back-to-back iterations when one host thread drives
     ``gpus_per_process`` GPUs: the host launches the next iteration's kernels while the GPUs
-    run this one, so the slower of the two sets the pace. With one GPU per process the host
-    keeps ahead (a topology's launch latency is the GPU's side of a launch), and an empty
-    collective (nothing to move) launches nothing."""
+    run this one, so the slower of the two sets the pace (``host_floor_seconds``). With one
+    GPU per process the host keeps ahead (a topology's launch latency is the GPU's side of a
+    launch), and an empty collective (nothing to move) launches nothing."""
     if gpus_per_process == 1 or collective_seconds == 0:
         return collective_seconds
-    return max(collective_seconds, gpus_per_process * HOST_LAUNCH_PER_GPU)
+    return max(collective_seconds, host_floor_seconds(gpus_per_process))
 
 
 def algorithm_config(spec: str, sizes: Iterable[int], dtype: str = "float",

@@ -51,8 +51,9 @@ from algorithms.harness.catalog import KINDS
 from algorithms.harness.tuner_file import format_tuner_file, rows_for
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
-    HOST_LAUNCH_PER_GPU, SLOWEST_RANK, algorithm_config, bench_level, bench_rows, bench_size,
-    is_builder, load_named_topology, message_progress, sample_seconds, sampled_row, traced_run,
+    HOST_SECONDS_PER_GPU, HOST_SECONDS_PER_ITERATION, SLOWEST_RANK, algorithm_config,
+    bench_level, bench_rows, bench_size, host_floor_seconds, is_builder, load_named_topology,
+    message_progress, sample_seconds, sampled_row, traced_run,
 )
 from simcomm.collective_level import (
     AUTO_MESSAGE_LIMIT, LEVELS, describe_level, expected_messages,
@@ -153,9 +154,10 @@ def _add_iteration_arguments(parser: argparse.ArgumentParser) -> None:
                 "so -w and -n are accepted from nccl-tests' command lines and change nothing")
     runs.add_argument("-g", "--ngpus", type=int, default=1, metavar="N",
                       help="GPUs one process drives, as nccl-tests' -g: its host launches "
-                           f"their kernels in turn, {HOST_LAUNCH_PER_GPU * 1e6:g} us each, so "
-                           "a row takes at least N launches (default 1: a process per GPU, "
-                           "the host keeps ahead)")
+                           "their kernels in turn, so a row takes at least "
+                           f"{HOST_SECONDS_PER_ITERATION * 1e6:g} us + "
+                           f"{HOST_SECONDS_PER_GPU * 1e6:g} us x N (default 1: a process per "
+                           "GPU, the host keeps ahead)")
     runs.add_argument("-w", "--warmup_iters", type=int, metavar="N",
                       help="accepted, changes nothing (nccl-tests: warm-up runs)")
     runs.add_argument("-n", "--iters", type=int, metavar="N",
@@ -303,7 +305,7 @@ def _bench_header(args: argparse.Namespace, config: BenchConfig, topology: Topol
         header.append(f"time: {AVERAGES[args.average]} (-a {args.average})")
     if args.ngpus > 1:
         header.append(f"one process drives {args.ngpus} GPUs (-g): a row takes at least "
-                      f"{args.ngpus} kernel launches of {HOST_LAUNCH_PER_GPU * 1e6:g} us")
+                      f"the host's {host_floor_seconds(args.ngpus) * 1e6:g} us to launch them")
     return header
 
 
