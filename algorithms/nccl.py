@@ -30,6 +30,7 @@ from algorithms.buffers import split_even
 from algorithms.collectives import Schedule
 from algorithms.ops import (
     AVG, SUM, Comm, Divide, Join, Launch, Protocol, Recv, ReduceOp, Send, Spawn, Wait,
+    check_channels,
 )
 
 
@@ -117,10 +118,7 @@ def _rings_over_rank_chunks(comm: Comm, x: Any, op: ReduceOp, channels: int, wir
 
 
 def _channel_count(comm: Comm, channels: int) -> int:
-    if type(channels) is not int or channels < 0:
-        raise ValueError(f"channels must be an int >= 0 (0: one per rank of a node), got "
-                         f"{channels!r}")
-    return channels or comm.ranks_per_node
+    return check_channels(channels, "one per rank of a node") or comm.ranks_per_node
 
 
 def _on_channels(comm: Comm, count: int, parts: Sequence[Any],

@@ -58,6 +58,22 @@ class Protocol(enum.Enum):
 _SIMPLE = Protocol.SIMPLE  # Send's common case, checked with one identity test per message
 
 
+# NCCL runs a collective on at most 64 channels (MAXCHANNELS, NVIDIA/nccl v2.26.2
+# src/include/device.h).
+MAX_CHANNELS = 64
+
+
+def check_channels(channels: object, zero_means: str = "") -> int:
+    """``channels`` if it is a channel count NCCL could run, 1 to ``MAX_CHANNELS`` (or 0
+    where ``zero_means`` says what 0 stands for); else a ValueError naming it."""
+    least = 0 if zero_means else 1
+    if type(channels) is not int or not least <= channels <= MAX_CHANNELS:
+        meaning = f" (0: {zero_means})" if zero_means else ""
+        raise ValueError(f"channels must be an int from {least} to {MAX_CHANNELS}{meaning}, "
+                         f"NCCL's most, got {channels!r}")
+    return channels
+
+
 def _bad_rank(value: object, what: str) -> ValueError:
     return ValueError(f"{what} must be a non-negative int rank, got {value!r}")
 
@@ -318,8 +334,7 @@ class Launch:
     def __post_init__(self) -> None:
         if type(self.protocol) is not Protocol:
             raise TypeError(f"Launch.protocol must be a Protocol, got {self.protocol!r}")
-        if type(self.channels) is not int or self.channels < 1:
-            raise ValueError(f"Launch.channels must be an int >= 1, got {self.channels!r}")
+        check_channels(self.channels)
         if type(self.fill_bytes) is not int or self.fill_bytes < 0:
             raise ValueError(f"Launch.fill_bytes must be an int >= 0, got {self.fill_bytes!r}")
 

@@ -21,7 +21,7 @@ from algorithms.nccl import (
 )
 from algorithms.nccl_tree import nccl_tree_allreduce
 from algorithms.nvls import NVLS_CHANNELS, nvls_allreduce, nvls_tree_allreduce
-from algorithms.ops import SUM, Choice, Comm, Protocol, ReduceOp
+from algorithms.ops import SUM, Choice, Comm, Protocol, ReduceOp, check_channels
 
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "nvls_tree")
 IN_SWITCH = ("nvls", "nvls_tree")  # Simple only, as in NCCL
@@ -39,8 +39,7 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
         raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; known: "
                          f"{', '.join(algorithms)} or auto")
     forced = None if protocol == AUTO else as_protocol(protocol)
-    if type(channels) is not int or channels < 0:
-        raise ValueError(f"channels must be an int >= 0 (0: the tuner's), got {channels!r}")
+    check_channels(channels, "the tuner's")
     picked = (comm.tuner(collective, nbytes) if comm.tuner is not None
               else Choice("ring", Protocol.SIMPLE, 0))
     best_for = getattr(comm.tuner, "best_for", None)

@@ -51,7 +51,9 @@ from algorithms.nvls import (
     NVLS_CHANNELS, nvls_allreduce, nvls_chunk_bytes, nvls_tree_allreduce, nvls_tree_chunk_bytes,
     pipeline_chunks,
 )
-from algorithms.ops import AVG, SUM, Choice, Comm, Protocol, ReduceOp, Sleep, Tuner
+from algorithms.ops import (
+    AVG, SUM, Choice, Comm, Protocol, ReduceOp, Sleep, Tuner, check_channels,
+)
 from algorithms.tuned import (
     ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, choose, nccl_all_gather, nccl_allreduce,
     nccl_reduce_scatter,
@@ -596,8 +598,7 @@ def _estimated(machine: Machine, collective: str, choice: Choice, count: int, it
     link traffic."""
     topology, estimator = machine.topology, machine.estimator
     comm = Comm(0, topology.size, topology.local_size)
-    if type(choice.channels) is not int or choice.channels < 0:
-        raise ValueError(f"channels must be an int >= 0, got {choice.channels!r}")
+    check_channels(choice.channels, "one per rank of a node")
     if not choice.channels:
         choice = Choice(choice.algorithm, choice.protocol, comm.ranks_per_node)
     if choice.algorithm == "nvls" and not estimator.has_nvls():
@@ -659,8 +660,7 @@ def _in_switch(algorithm: str) -> Callable[..., CollectiveCost]:
     def cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
              channels: int = NVLS_CHANNELS, chunk_bytes: int = 0, registered: bool = False
              ) -> CollectiveCost:
-        if type(channels) is not int or channels < 1:
-            raise ValueError(f"channels must be an int >= 1, got {channels!r}")
+        check_channels(channels)
         if registered is not False:
             raise ValueError("the collective level times buffers NCCL does not know "
                              "(registered=False): run registered buffers at the message level")

@@ -30,6 +30,7 @@ import numpy as np
 
 from algorithms import ring_allreduce
 from algorithms.harness.catalog import COLLECTIVES
+from algorithms.ops import check_channels
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
 from simcomm.topology import (
@@ -225,8 +226,7 @@ def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: in
     """``topology`` running rings and trees on ``channels`` (0: NCCL's count for these
     nodes). More channels than NCCL's share its LL128 ceiling: NCCL's cost model takes it
     per channel of its search, however many run (src/graph/tuning.cc)."""
-    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 0:
-        raise ValueError(f"channels must be an int >= 0 (0: NCCL's count), got {channels!r}")
+    check_channels(channels, "NCCL's count")
     nccls = node.channels(nodes, nics)
     count = channels or nccls
     return replace(topology, channels=count,

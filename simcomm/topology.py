@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from algorithms.ops import Protocol
+from algorithms.ops import Protocol, check_channels
 
 # Ranks a builder makes at most: the largest clusters trained on today are about 100,000
 # GPUs. Beyond it a typo (--ranks 100000000) would build billions of links before a word.
@@ -192,9 +192,12 @@ class Topology:
                 or len(self.ranks) % self.local_size):
             raise ValueError(f"topology {self.name!r}: local_size must be an int >= 1 that "
                              f"divides its {len(self.ranks)} ranks, got {self.local_size!r}")
-        if self.channels is not None and (type(self.channels) is not int or self.channels < 1):
-            raise ValueError(f"topology {self.name!r}: channels must be an int >= 1 (None: one "
-                             f"per rank of a node), got {self.channels!r}")
+        if self.channels is not None:
+            try:
+                check_channels(self.channels)
+            except ValueError as error:
+                raise ValueError(f"topology {self.name!r}: {error} (None: one per rank of a "
+                                 "node)") from None
         if not (isinstance(self.ll_bandwidth, (int, float)) and self.ll_bandwidth > 0):
             raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
                              f"(inf: no limit), got {self.ll_bandwidth!r}")

@@ -142,10 +142,15 @@ def test_more_channels_share_nccls_ll128_ceiling() -> None:
 
 
 def test_a_bad_channel_count_is_named() -> None:
-    with pytest.raises(ValueError, match="channels must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"channels must be an int from 0 to 64 \(0: NCCL's"):
         make_preset("cluster-h100:channels=-2")
-    with pytest.raises(ValueError, match="channels must be an int >= 1"):
+    with pytest.raises(ValueError, match="channels must be an int from 1 to 64"):
         replace(make_preset("dgx-h100"), channels=0)
+    # NCCL runs at most 64 (MAXCHANNELS): more is refused at once, not run for hours.
+    with pytest.raises(ValueError, match="channels must be an int from 0 to 64"):
+        make_preset("dgx-h100:channels=65")
+    with pytest.raises(ValueError, match="channels must be an int from 1 to 64"):
+        replace(make_preset("dgx-h100"), channels=100_000)
 
 
 def test_presets_carry_nccls_figures_per_protocol() -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from algorithms.ops import Choice, Protocol
+from algorithms.ops import MAX_CHANNELS, Choice, Protocol
 
 COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
            "nNodes", "nRanks")
@@ -126,6 +126,8 @@ def _parse_row(line: str) -> TunerRow:
                              f"got {text}")
     if numbers["min_bytes"] > numbers["max_bytes"]:
         raise ValueError(f"min_bytes {low} is above max_bytes {high}")
+    if numbers["channels"] > MAX_CHANNELS:
+        raise ValueError(f"channels must be at most {MAX_CHANNELS}, NCCL's most, got {channels}")
     choice = Choice(algorithm, chosen, max(numbers["channels"], 0))
     return TunerRow(collective, numbers["min_bytes"], numbers["max_bytes"], choice,
                     numbers["nNodes"], numbers["nRanks"])
