@@ -10,7 +10,10 @@ summary. A table run by one process driving several GPUs (nccl-tests' ``-g``, it
 reduce-scatter or all-gather below one element per rank) are not compared: NCCL moves
 nothing and launches nothing, and the row times nccl-tests' own loop.
 
-    python benchmarks/fidelity.py [--tables benchmarks/published] [--rows] [--torch]
+    python benchmarks/fidelity.py [--tables benchmarks/published] [--rows] [--torch] [--jobs N]
+
+Tables are simulated side by side, one process each, ``--jobs`` at once (default: one per
+CPU); all of them take about six minutes on two cores.
 
 With ``--torch`` it also prints the same summary for torch's own analytical estimate
 (``torch/_inductor/comm_analysis.py``, which mirrors NCCL's tuning model) on the same rows.
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import re
 import statistics
+from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +144,12 @@ def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence
     return times
 
 
+def predict_table(table: Table) -> list[tuple[float, str]]:
+    """``predict`` on the model of ``table`` (which has one) at its sizes."""
+    preset, algorithm, params = model_for(table)
+    return predict(preset, algorithm, params, table.sizes, gpus_per_process(table))
+
+
 def torch_estimates(program: str, ranks: int, sizes: Sequence[int], preset: str
                     ) -> list[float]:
     """Torch's analytical estimate of each size, in microseconds, on the machines of
@@ -180,21 +191,26 @@ def main() -> None:
                         help="also print every row: measured, simulated, error, what ran")
     parser.add_argument("--torch", action="store_true",
                         help="also summarise torch's analytical estimate on the same rows")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="tables simulated at once, each in its own process (default: "
+                             "one per CPU)")
     args = parser.parse_args()
-    paths = sorted(Path(args.tables).glob("*.csv"))
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    tables = [read_table(path) for path in sorted(Path(args.tables).glob("*.csv"))]
+    models = [model_for(table) for table in tables]
+    modelled = [(table, model) for table, model in zip(tables, models)
+                if not isinstance(model, str)]
+    with ProcessPoolExecutor(args.jobs) as pool:  # the tables take minutes each
+        predictions = list(pool.map(predict_table, [table for table, _ in modelled]))
     print(f"{'table':<46} {'model':<50} {'latency':>13} {'transition':>13} "
           f"{'bandwidth':>13} {'all':>13}")
     print(f"{'':<46} {'':<50} " + " ".join(f"{'median   max':>13}" for _ in range(4)))
-    every, skipped, torch_rows = [], [], []
-    for path in paths:
-        table = read_table(path)
-        model = model_for(table)
-        if isinstance(model, str):
-            skipped.append((table.name, model))
-            continue
-        preset, algorithm, params = model
+    every, torch_rows = [], []
+    skipped = [(table.name, model) for table, model in zip(tables, models)
+               if isinstance(model, str)]
+    for (table, (preset, algorithm, params)), predicted in zip(modelled, predictions):
         gpus = gpus_per_process(table)
-        predicted = predict(preset, algorithm, params, table.sizes, gpus)
         errors = {"latency": [], "transition": [], "bandwidth": []}
         for size, measured, (simulated, _) in zip(table.sizes, table.times_us, predicted):
             if simulated > 0:  # 0: nothing to move (see the module's docstring)
