@@ -68,9 +68,9 @@ def check_channels(channels: object, zero_means: str = "") -> int:
     where ``zero_means`` says what 0 stands for); else a ValueError naming it."""
     least = 0 if zero_means else 1
     if type(channels) is not int or not least <= channels <= MAX_CHANNELS:
-        meaning = f" (0: {zero_means})" if zero_means else ""
-        raise ValueError(f"channels must be an int from {least} to {MAX_CHANNELS}{meaning}, "
-                         f"NCCL's most, got {channels!r}")
+        meaning = f"0: {zero_means}; " if zero_means else ""
+        raise ValueError(f"channels must be an int from {least} to {MAX_CHANNELS} ({meaning}"
+                         f"NCCL runs at most {MAX_CHANNELS}), got {channels!r}")
     return channels
 
 

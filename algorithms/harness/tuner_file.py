@@ -127,7 +127,8 @@ def _parse_row(line: str) -> TunerRow:
     if numbers["min_bytes"] > numbers["max_bytes"]:
         raise ValueError(f"min_bytes {low} is above max_bytes {high}")
     if numbers["channels"] > MAX_CHANNELS:
-        raise ValueError(f"channels must be at most {MAX_CHANNELS}, NCCL's most, got {channels}")
+        raise ValueError(f"channels must be -1 or 1 to {MAX_CHANNELS} (NCCL runs at most "
+                         f"{MAX_CHANNELS}), got {channels}")
     choice = Choice(algorithm, chosen, max(numbers["channels"], 0))
     return TunerRow(collective, numbers["min_bytes"], numbers["max_bytes"], choice,
                     numbers["nNodes"], numbers["nRanks"])
