@@ -54,6 +54,29 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "allgather": ("ring",),
 }
 
+# NCCL runs a small call of a ring or tree on fewer channels than it has: as many as give each
+# channel's threads, at their most, a threshold of bytes per thread (topoGetAlgoInfo in
+# src/enqueue.cc; the most threads per channel, NCCL_LL_MAX_NTHREADS 512,
+# NCCL_LL128_MAX_NTHREADS 640 and NCCL_SIMPLE_MAX_NTHREADS 512, and the thresholds per
+# thread, NCCL_LL_THREAD_THRESHOLD 8 bytes times the ranks for a ring, LL128's 8 and
+# Simple's 64, from src/include/device.h, src/include/comm.h and src/graph/tuning.cc,
+# NVIDIA/nccl v2.26.2).
+_CHANNEL_THREADS = {Protocol.LL: 512, Protocol.LL128: 640, Protocol.SIMPLE: 512}
+_THREAD_BYTES = {Protocol.LL: 8, Protocol.LL128: 8, Protocol.SIMPLE: 64}
+
+
+def call_channels(choice: Choice, nbytes: int, ranks: int) -> Choice:
+    """``choice`` on as many of its channels as NCCL runs a call of ``nbytes`` (a ring's or
+    a tree's; the whole buffer of ``ranks`` ranks) on: at least one, and no more than
+    ``nbytes`` over each channel's share (see above)."""
+    if choice.algorithm not in ("ring", "tree"):
+        return choice
+    share = _CHANNEL_THREADS[choice.protocol] * _THREAD_BYTES[choice.protocol]
+    if choice.algorithm == "ring" and choice.protocol is Protocol.LL:
+        share *= ranks
+    channels = max(1, min(choice.channels, int(nbytes) // share))
+    return Choice(choice.algorithm, choice.protocol, channels)
+
 
 @dataclass(frozen=True)
 class _Shape:
@@ -89,8 +112,10 @@ class ModelTuner:
         key = (collective, nbytes)
         choice = self._choices.get(key)
         if choice is None:
+            # As NCCL: the fastest estimate on all channels, then fewer for a small call.
             estimates = self.estimates(collective, nbytes)
-            choice = self._choices[key] = min(estimates, key=estimates.__getitem__)
+            choice = self._choices[key] = call_channels(
+                min(estimates, key=estimates.__getitem__), nbytes, self.topology.size)
         return choice
 
     def estimates(self, collective: str, nbytes: int) -> dict[Choice, float]:
@@ -114,7 +139,9 @@ class ModelTuner:
         if algorithm in IN_SWITCH:
             return Choice(algorithm, Protocol.SIMPLE, NVLS_CHANNELS)
         candidates = [Choice(algorithm, protocol, self.channels) for protocol in Protocol]
-        return min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes))
+        return call_channels(
+            min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes)),
+            nbytes, self.topology.size)
 
     def has_nvls_tree(self) -> bool:
         """Whether NVLS-tree can run here: several nodes whose switches reduce."""

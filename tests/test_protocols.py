@@ -130,7 +130,24 @@ def test_presets_carry_nccls_ll128_ceiling_per_channel() -> None:
 def test_presets_run_rings_and_trees_on_nccls_channels(spec: str, channels: int) -> None:
     topology = make_preset(spec)
     assert topology.channels == channels and topology.name.startswith(spec)
-    assert ModelTuner(topology)("allreduce", 64 << 10).channels == channels  # ring or tree
+    tuner = ModelTuner(topology)
+    for algorithm in ("ring", "tree"):  # 16 MiB: large enough for all of them
+        assert tuner.best_for("allreduce", 16 << 20, algorithm).channels == channels
+
+
+@pytest.mark.parametrize("spec, nbytes, ran", [
+    # A ring under LL gives each channel 512 threads x 8 bytes x the ranks: 32 KiB on 8.
+    ("dgx-h100", 8, "ring/LL/1"), ("dgx-h100", 64 << 10, "ring/LL/2"),
+    ("dgx-h100", 512 << 10, "ring/LL/16"), ("dgx-h100", 1 << 20, "ring/LL/24"),
+    # A tree under LL: 512 threads x 8 bytes, 4 KiB; 16 ranks' ring under LL: 64 KiB.
+    ("cluster-h100:nodes=2", 8, "tree/LL/1"), ("cluster-h100:nodes=2", 16 << 10, "tree/LL/4"),
+    ("cluster-h100:nodes=2", 64 << 10, "ring/LL/1"),
+])
+def test_small_calls_run_on_fewer_channels_as_in_nccl(spec: str, nbytes: int, ran: str
+                                                       ) -> None:
+    # NCCL's topoGetAlgoInfo (src/enqueue.cc) after it picks the algorithm and protocol.
+    choice = ModelTuner(make_preset(spec))("allreduce", nbytes)
+    assert f"{choice.algorithm}/{choice.protocol.value.upper()}/{choice.channels}" == ran
 
 
 def test_more_channels_share_nccls_ll128_ceiling() -> None:
