@@ -410,11 +410,10 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
         ratio = repr(float(oversubscription))
     name = (f"fattree-h100:nodes={nodes},nodes_per_leaf={nodes_per_leaf},"
             f"oversubscription={ratio}")
-    return with_nvls(with_injection(Topology(
+    topo = with_injection(Topology(
         name, tuple(names), tuple(links), tuple(gpus), (dgx.hbm,) * len(gpus),
-        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes),
-        ll128_channel_bandwidth=dgx.ll128_channel,
-        channels=dgx.channels(nodes, GPUS_PER_DGX))))
+        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes)))
+    return with_nvls(_on_channels(topo, 0, dgx, nodes, GPUS_PER_DGX))
 
 
 # -- the registry -----------------------------------------------------------------------------
