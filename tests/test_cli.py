@@ -204,6 +204,10 @@ BAD_ARGS = [
     (["--algorithm", "ring_allreduce", "--kind", "gather"], "unknown --kind 'gather'"),
     (["--algorithm", "no_such_module:f"], "--algorithm 'no_such_module:f': no module named "
                                           "'no_such_module'"),
+    # Values only the algorithm can judge: refused before the header is printed.
+    (["--algorithm", "nccl_allreduce", "--param", "protocol=ll256"],
+     "unknown protocol 'll256'; known: simple, ll, ll128"),
+    (["--algorithm", "nccl_allreduce", "--param", "channels=65"], "channels must be"),
 ]
 
 
