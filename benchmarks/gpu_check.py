@@ -39,6 +39,7 @@ import torch.distributed as dist
 from algorithms.harness.bench import bench_config, parse_sizes
 from algorithms.harness.catalog import COLLECTIVES
 from realcomm import Driver, spawn
+from realcomm.launch import nccl_runtime_version
 from realcomm.bench import RunOptions, bench_rank
 from realcomm.ddp import BucketedAllreduce
 from realcomm.fsdp import FullyShardedSequential
@@ -59,9 +60,12 @@ GROUP_TIMEOUT = 90.0  # seconds: a silent peer ends a group's run, not the whole
 
 def versions() -> dict[str, Any]:
     """The software and the device."""
-    nccl = torch.cuda.nccl.version() if torch.cuda.is_available() else None
+    built = torch.cuda.nccl.version() if torch.cuda.is_available() else None
+    runs = nccl_runtime_version() if torch.cuda.is_available() else None
     return {"torch": torch.__version__, "cuda": torch.version.cuda,
-            "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
+            "nccl": ".".join(map(str, runs)) if isinstance(runs, tuple) else runs,
+            "nccl_built_against": (".".join(map(str, built)) if isinstance(built, tuple)
+                                   else built),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             "devices": torch.cuda.device_count(), "python": sys.version.split()[0]}
 

@@ -18,6 +18,7 @@ parent never waits on a process stuck in user code.
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import math
 import multiprocessing
@@ -253,6 +254,29 @@ def _quoted(output: list[str]) -> str:
     return "; its last error output:\n" + "\n".join(output) if output else ""
 
 
+def nccl_runtime_version() -> tuple[int, ...]:
+    """The version of the NCCL library this process runs. ``torch.cuda.nccl.version()`` is
+    the one torch was built against, which a newer ``libnccl.so.2`` (a newer nvidia-nccl
+    package, ``LD_PRELOAD``) replaces at run time; that one is asked (``ncclGetVersion``)
+    where torch has loaded it."""
+    try:
+        library = ctypes.CDLL("libnccl.so.2")  # torch's CUDA build has loaded it already
+        code = ctypes.c_int()
+        if library.ncclGetVersion(ctypes.byref(code)) == 0:
+            return nccl_version_of(code.value)
+    except (OSError, AttributeError):
+        pass
+    return tuple(torch.cuda.nccl.version())
+
+
+def nccl_version_of(code: int) -> tuple[int, int, int]:
+    """(major, minor, patch) of an ``NCCL_VERSION_CODE``: major x 10000 + minor x 100 +
+    patch from NCCL 2.9, major x 1000 + minor x 100 + patch before (NVIDIA/nccl nccl.h)."""
+    major = code // 10000 if code >= 20900 else code // 1000
+    rest = code - major * (10000 if code >= 20900 else 1000)
+    return major, rest // 100, rest % 100
+
+
 def shared_gpu_refusal(nprocs: int, gpus: int, nccl_version: tuple[int, ...],
                        multi_rank_gpu_enable: str | None) -> str | None:
     """Why NCCL would refuse ``nprocs`` local ranks on ``gpus`` GPUs, or None if it takes
@@ -285,7 +309,7 @@ def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
     if (torch.device(device).type == "cuda" and torch.cuda.is_available()
             and (backend or backend_for(device)) == "nccl"):
         refusal = shared_gpu_refusal(nprocs, torch.cuda.device_count(),
-                                     torch.cuda.nccl.version(),
+                                     nccl_runtime_version(),
                                      os.environ.get("NCCL_MULTI_RANK_GPU_ENABLE"))
         if refusal is not None:
             raise ValueError(refusal)

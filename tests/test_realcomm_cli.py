@@ -21,7 +21,7 @@ from algorithms.harness.catalog import COLLECTIVES
 from realcomm import spawn
 from realcomm.bench import RunOptions, bench_rank
 from realcomm.cli import main
-from realcomm.launch import shared_gpu_refusal
+from realcomm.launch import nccl_version_of, shared_gpu_refusal
 from simcomm.cli import main as simcomm_main
 
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -285,3 +285,12 @@ def test_nccl_with_more_ranks_than_gpus_is_refused_up_front(
     else:
         assert refused in why and "use the gloo backend" in why and "\n" not in why
         assert why.endswith(f"at most {gpus} rank" + ("s" if gpus > 1 else ""))
+
+
+@pytest.mark.parametrize(("code", "version"), [
+    (23007, (2, 30, 7)), (22809, (2, 28, 9)), (21003, (2, 10, 3)), (2804, (2, 8, 4)),
+])
+def test_nccl_version_codes_read_as_nccl_h_writes_them(code: int,
+                                                       version: tuple[int, int, int]) -> None:
+    # The refusal above asks the library torch runs, whose ncclGetVersion gives such a code.
+    assert nccl_version_of(code) == version
