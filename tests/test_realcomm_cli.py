@@ -294,3 +294,21 @@ def test_nccl_version_codes_read_as_nccl_h_writes_them(code: int,
                                                        version: tuple[int, int, int]) -> None:
     # The refusal above asks the library torch runs, whose ncclGetVersion gives such a code.
     assert nccl_version_of(code) == version
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    (["protocol=ll256"], "unknown protocol 'll256'; known: simple, ll, ll128"),
+    (["channels=65"], "channels must be an int from 0 to 64"),
+    (["algorithm=nvls", "protocol=ll"], "nvls runs under the simple protocol only, not 'll'"),
+])
+def test_parameters_the_algorithm_refuses_stop_it_before_any_rank_starts(
+        params: list[str], message: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _leave_launcher(monkeypatch)
+    argv = ["bench", "--algorithm", "nccl_allreduce", "--nprocs", "2"]
+    for param in params:
+        argv += ["--param", param]
+    assert main(argv) == 2
+    # A rank's error would read "ranks 0, 1: ValueError: ..." after printing the header.
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"realcomm: error: {message}") and err.count("\n") == 1

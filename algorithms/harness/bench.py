@@ -10,7 +10,8 @@ Public API:
   -> BenchConfig``: checks a benchmark's settings and types them; raises ``ValueError``
   naming the bad flag and value. ``BenchConfig`` pickles, so a transport can hand it to
   the processes it starts.
-  ``BenchConfig.check_world(world_size)`` checks what needs the world size (root ranges);
+  ``BenchConfig.check_world(world_size)`` checks what needs the world size (root ranges,
+  parameter values a built-in algorithm refuses);
   ``BenchConfig.algorithm_kwargs()`` is what to pass to the algorithm besides ``comm`` and
   the buffer.
 * ``buffer_count(collective, world_size, size, itemsize)``: per-rank input length.
@@ -72,9 +73,9 @@ from typing import Any, TextIO
 import ml_dtypes
 import numpy as np
 
-from algorithms.harness.catalog import Collective, get_collective
+from algorithms.harness.catalog import Collective, get_collective, is_user_algorithm
 from algorithms.harness.units import parse_bytes
-from algorithms.ops import ReduceOp
+from algorithms.ops import Comm, ReduceOp
 
 # nccl-tests' types, in its order (src/common.cu, test_typenames), as -d all runs them.
 DTYPES: Mapping[str, np.dtype] = MappingProxyType({
@@ -180,11 +181,24 @@ class BenchConfig:
         return kwargs
 
     def check_world(self, world_size: int) -> None:
-        """Raise ``ValueError`` if a root (``--root`` or ``--param root=``) is not a rank."""
+        """Raise ``ValueError`` if a root (``--root`` or ``--param root=``) is not a rank, or
+        if a built-in algorithm refuses the ``--param`` values (``protocol=ll256``), before
+        any rank runs: rank 0's schedule of the smallest size is started up to its first op,
+        on size-only arguments, with no tuner."""
         for flag, root in (("--root", self.root), ("--param root", dict(self.params).get("root"))):
             if root is not None and not 0 <= root < world_size:
                 raise ValueError(f"{flag} {root} is not a rank of a world of {world_size} "
                                  f"(0 to {world_size - 1})")
+        if self.params and not is_user_algorithm(self.collective.name):
+            count = buffer_count(self.collective, world_size, self.sizes[0], self.dtype.itemsize)
+            schedule = self.collective.function(Comm(0, world_size), np.zeros(count, self.dtype),
+                                                **self.algorithm_kwargs())
+            try:
+                next(schedule)  # an algorithm checks its arguments before its first op
+            except StopIteration:
+                pass
+            finally:
+                schedule.close()
 
 
 def bench_config(algorithm: str, sizes: Iterable[int], dtype: str = "float",
