@@ -39,10 +39,10 @@ import torch.distributed as dist
 from algorithms.harness.bench import bench_config, parse_sizes
 from algorithms.harness.catalog import COLLECTIVES
 from realcomm import Driver, spawn
-from realcomm.launch import nccl_runtime_version
 from realcomm.bench import RunOptions, bench_rank
 from realcomm.ddp import BucketedAllreduce
 from realcomm.fsdp import FullyShardedSequential
+from realcomm.launch import nccl_runtime_version
 
 # (name, backend, ranks, environment): the process groups items 1 and 3 run in.
 GROUPS = (

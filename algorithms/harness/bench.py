@@ -183,8 +183,8 @@ class BenchConfig:
     def check_world(self, world_size: int) -> None:
         """Raise ``ValueError`` if a root (``--root`` or ``--param root=``) is not a rank, or
         if a built-in algorithm refuses the ``--param`` values (``protocol=ll256``), before
-        any rank runs: rank 0's schedule of the smallest size is started up to its first op,
-        on size-only arguments, with no tuner."""
+        any rank runs: rank 0's schedule is started on a zero buffer of the smallest size,
+        with no tuner, up to its first op."""
         for flag, root in (("--root", self.root), ("--param root", dict(self.params).get("root"))):
             if root is not None and not 0 <= root < world_size:
                 raise ValueError(f"{flag} {root} is not a rank of a world of {world_size} "
