@@ -30,7 +30,6 @@ arguments, simulator errors and a ``--check`` too large for memory print one lin
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import os
 import sys
@@ -230,21 +229,18 @@ def bench(args: argparse.Namespace) -> int:
                       f"{args.seed + args.samples - 1}): time is their mean; min to max their "
                       "spread, cv their coefficient of variation")
     writer = RowWriter(sys.stdout, configs[0].format, header, spread=args.samples is not None)
+    writer.start()
     if args.samples is not None:
-        writer.start()
         _bench_samples(args, configs, topology, average, level, variation or Variation(0),
                        writer)
     else:
         expected = expected_messages(configs[0].collective.function, topology.size)
         with message_progress(None if expected is None
                               else expected * sum(len(c.sizes) for c in configs)) as bar:
-            rows = (row for config in configs
-                    for row in bench_rows(config, topology, average, args.level, bar.update,
-                                          variation, args.ngpus))
-            first = next(rows, None)  # a parameter the algorithm refuses fails before output
-            writer.start()
-            for row in itertools.chain([first] if first else [], rows):
-                writer.write(row)
+            for config in configs:
+                for row in bench_rows(config, topology, average, args.level, bar.update,
+                                      variation, args.ngpus):
+                    writer.write(row)
     writer.finish()
     if args.summary or args.trace or args.timeline:
         _largest_run(args, configs[0], topology)
