@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from algorithms.nccl import as_protocol
 from algorithms.ops import MAX_CHANNELS, Choice, Protocol
 
 COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
@@ -108,11 +109,7 @@ def _parse_row(line: str) -> TunerRow:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r} is not one this project runs "
                          f"({', '.join(ALGORITHMS)})")
-    try:
-        chosen = Protocol(protocol)
-    except ValueError:
-        raise ValueError(f"unknown protocol {protocol!r}; known: "
-                         f"{', '.join(p.value for p in Protocol)}") from None
+    chosen = as_protocol(protocol)
     numbers = {}
     for name, text in (("min_bytes", low), ("max_bytes", high), ("channels", channels),
                        ("nNodes", nodes), ("nRanks", ranks)):
