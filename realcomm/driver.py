@@ -35,6 +35,13 @@ communicator, so channels sharing one would cross). ``torch.distributed.new_grou
 collective over the whole default group, so every process constructs its drivers with the
 same ranks and channels in the same order, members or not.
 
+On NCCL three more things keep the ranks from waiting on each other for ever. The driver
+connects every pair of ranks on every channel when it starts (``_connect_every_pair``
+says why); it polls an NCCL work until it is done before it waits for it (``_wait_until``);
+and it wants CUDA to load every kernel when it starts (``CUDA_MODULE_LOADING=EAGER``,
+which ``realcomm.launch`` sets for NCCL and the driver warns without): a kernel loaded at
+its first launch waits for the GPU's running kernels, a waiting NCCL kernel among them.
+
 Every blocking wait has a deadline (``timeout`` seconds). A peer that dies or never
 answers makes the waiting rank raise ``PeerError`` naming the peer and the op, instead of
 hanging. Afterwards the process group is broken (gloo closes its connections on a
@@ -63,6 +70,7 @@ import os
 import queue
 import threading
 import time
+import warnings
 import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Hashable, Sequence
@@ -93,6 +101,12 @@ _all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 _HEADER_TAG = 0
 _MAX_TAG = 2**31 - 1  # gloo takes tags that fit an int
 _HOST = torch.device("cpu")
+# CUDA loads a kernel at its first launch unless told to load them all when it starts, and
+# that loading waits for the kernels running on the GPU, NCCL's waiting ones too. A rank that
+# first reduces while an NCCL operation of its own waits for a peer who is doing the same
+# would wait for ever (see the module's docstring).
+MODULE_LOADING, EAGER_LOADING = "CUDA_MODULE_LOADING", "EAGER"
+_POLL_SECONDS = 20e-6  # between two looks at an NCCL work (torch's own wait sleeps 1 ms)
 # Integer types by width, to read a buffer's bytes as words for its checksum.
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -205,6 +219,8 @@ class Driver:
         self._scratch: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
         # gloo moves host memory only: CUDA tensors are staged through it.
         self._stages_cuda = self.is_member and dist.get_backend(group) == "gloo"
+        # NCCL's works are polled before they are waited for (see _wait_until).
+        self._polls = self.is_member and dist.get_backend(group) == "nccl"
         if self.is_member:
             size = dist.get_world_size(group)
             if local_size is None and ranks is None:
@@ -215,6 +231,41 @@ class Driver:
             # of batched point-to-point ops, which may involve only some ranks.
             for channel_group in self._groups.values():
                 dist.barrier(group=channel_group)
+            if dist.get_backend(group) == "nccl":
+                self._connect_every_pair()
+                if os.environ.get(MODULE_LOADING) != EAGER_LOADING:
+                    warnings.warn(
+                        f"{MODULE_LOADING} is not {EAGER_LOADING}: CUDA loads each kernel at "
+                        "its first launch, waiting for the running NCCL kernels, and a run "
+                        "that overlaps its sends with local work can hang on that; set "
+                        f"{MODULE_LOADING}={EAGER_LOADING} before CUDA starts (realcomm's "
+                        "launcher does)", RuntimeWarning, stacklevel=2)
+
+    def _connect_every_pair(self) -> None:
+        """Connect every pair of ranks, both ways, on every channel, one channel after the
+        other in the declared order.
+
+        NCCL connects two ranks of a communicator at their first send or receive to each
+        other, inside the call that posts it, and blocks there until the peer posts its own.
+        Left to the algorithm, that goes wrong twice: a rank whose first batch with a peer
+        holds a send and a receive, while the peer's holds only one of them, makes the two
+        exchange connection records of different sizes (NCCL fails with "Message
+        truncated", src/transport.cc, v2.30.7); and two ranks that first meet on different
+        channels wait in different communicators for each other, forever. Once connected,
+        a pair never connects again, so the algorithm's sends and receives no longer block
+        in the call that posts them."""
+        device = torch.device("cuda", torch.cuda.current_device())
+        me = dist.get_rank()
+        for channel_group in self._groups.values():
+            token = torch.zeros(1, device=device)
+            ops = []
+            for peer in dist.get_process_group_ranks(channel_group):
+                if peer != me:
+                    ops += [dist.P2POp(dist.isend, token, peer, group=channel_group),
+                            dist.P2POp(dist.irecv, torch.empty(1, device=device), peer,
+                                       group=channel_group)]
+            for work in dist.batch_isend_irecv(ops) if ops else ():
+                work.wait()
 
     @property
     def group(self) -> Any:
@@ -317,8 +368,18 @@ class Driver:
         self._scratch.setdefault((len(buf), buf.dtype, buf.device), []).append(buf)
 
 
-def _wait_until(work: Any, deadline: float) -> None:
-    """``work.wait()``, giving up at ``deadline`` (monotonic seconds)."""
+def _wait_until(work: Any, deadline: float, poll: bool = False) -> None:
+    """``work.wait()``, giving up at ``deadline`` (monotonic seconds).
+
+    ``poll`` (NCCL): first poll ``is_completed`` until the work is done. NCCL's ``wait``
+    makes the thread's current CUDA stream wait for the work, then blocks. That stream is
+    the default one, shared by every thread, and torch starts each NCCL operation only after
+    the posting thread's current stream: a send posted on one channel while a helper thread
+    waits on another would queue behind that other channel's receive. Two ranks each waiting
+    for the other on different channels then hold back each other's sends, for ever."""
+    if poll:
+        while not work.is_completed() and time.monotonic() < deadline:
+            time.sleep(_POLL_SECONDS)
     # At least a millisecond: gloo gives up at once on a zero timeout, even on works that
     # are already done.
     work.wait(datetime.timedelta(seconds=max(deadline - time.monotonic(), 1e-3)))
@@ -639,7 +700,7 @@ class _Run(Interpreter):
     def _wait_works(self, h: _Handle, works: tuple[Any, ...], deadline: float) -> None:
         for work in works:
             try:
-                _wait_until(work, deadline)
+                _wait_until(work, deadline, self.driver._polls)
             except RuntimeError as error:
                 raise _peer_error(self.rank, f"its {h.describe()}", error, deadline,
                                   self.driver.timeout) from error

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from realcomm.driver import DEFAULT_TIMEOUT
+from realcomm.driver import DEFAULT_TIMEOUT, EAGER_LOADING, MODULE_LOADING
 
 LOOPBACK = "127.0.0.1"
 # Seconds the other processes get to end once one has failed, before they are terminated;
@@ -97,13 +97,16 @@ def init_from_env(device: torch.device | str | None = None, backend: str | None 
 def _init(local_rank: int, device: torch.device | str | None, backend: str | None,
           timeout: float, **rendezvous: Any) -> torch.device:
     device = default_device() if device is None else torch.device(device)
+    backend = backend or backend_for(device)
+    if backend == "nccl" and not torch.cuda.is_initialized():
+        os.environ.setdefault(MODULE_LOADING, EAGER_LOADING)
     bound = None
     if device.type == "cuda":
         # More local ranks than GPUs share them in turn (gloo takes that; NCCL only from
         # 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1, and refuses it otherwise).
         device = bound = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
         torch.cuda.set_device(device)
-    dist.init_process_group(backend or backend_for(device),
+    dist.init_process_group(backend,
                             timeout=datetime.timedelta(seconds=timeout), device_id=bound,
                             **rendezvous)
     return device
