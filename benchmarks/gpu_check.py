@@ -41,6 +41,7 @@ from algorithms.harness.catalog import COLLECTIVES
 from realcomm import Driver, spawn
 from realcomm.bench import RunOptions, bench_rank
 from realcomm.ddp import BucketedAllreduce
+from realcomm.driver import cuda_loads_kernels_eagerly
 from realcomm.fsdp import FullyShardedSequential
 from realcomm.launch import nccl_runtime_version
 
@@ -77,6 +78,8 @@ def every_collective(sizes: list[int], device: torch.device) -> list[dict[str, A
     native = RunOptions(warmup_iters=2, iters=5, timeout=GROUP_TIMEOUT, baseline="native")
     runs = [(name, options) for name in COLLECTIVES]
     runs += [(name, native) for name in NATIVE_OF_KIND]
+    torch.zeros(1, device=device)  # CUDA started, so that it can say how it loads kernels
+    eager = cuda_loads_kernels_eagerly()
     results = []
     for name, run_options in runs:
         label = name if run_options.baseline == "none" else f"native {name}"
@@ -86,7 +89,8 @@ def every_collective(sizes: list[int], device: torch.device) -> list[dict[str, A
         except Exception as error:  # noqa: BLE001 - each collective's outcome is a result
             results.append({"collective": label, "error": f"{type(error).__name__}: {error}"})
             continue
-        results += [{"collective": label, **asdict(row)} for row in rows]
+        results += [{"collective": label, "eager_kernel_loading": eager, **asdict(row)}
+                    for row in rows]
     return results
 
 

@@ -1,4 +1,4 @@
-"""How NCCL connects two ranks for sends and receives, shown with torch alone (no realcomm).
+"""How NCCL connects two ranks for sends and receives, shown with torch's own sends and receives.
 
 NCCL connects a pair of ranks of a communicator at their first send or receive to each
 other, inside the call that posts it. realcomm's driver connects every pair of every channel
@@ -14,8 +14,8 @@ way round, as two channels of a tree whose roots differ.
 Needs two GPUs, or one GPU with NCCL 2.30 or newer and ``NCCL_MULTI_RANK_GPU_ENABLE=1``. A
 case that hangs does not return: run each under a time limit.
 
-    timeout 60 python benchmarks/nccl_connect.py mismatched
-    timeout 60 python benchmarks/nccl_connect.py mismatched --connect-first
+    timeout 40 python benchmarks/nccl_connect.py mismatched
+    timeout 40 python benchmarks/nccl_connect.py mismatched --connect-first
 """
 
 from __future__ import annotations

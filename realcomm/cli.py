@@ -39,7 +39,11 @@ from realcomm.bench import (
 )
 from realcomm.calibrate import DEFAULT_SIZES, Measurements, measure
 from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, RealcommError
-from realcomm.launch import backend_for, default_device, in_launcher_env, init_from_env, spawn
+from realcomm.launch import (
+    backend_for, default_device, in_launcher_env, init_from_env, load_kernels_eagerly_for_nccl,
+    spawn,
+)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``realcomm`` command line on ``argv`` (default ``sys.argv[1:]``); return the
@@ -222,6 +226,7 @@ def _on_every_rank(args: argparse.Namespace, fn: Callable[..., Any], fn_args: tu
     if not in_launcher_env():
         raise ValueError("no torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, "
                          "MASTER_PORT): start under torchrun, or give --nprocs N")
+    load_kernels_eagerly_for_nccl(args.device, args.backend)  # before CUDA is first asked
     device = init_from_env(_device_from_args(args, default_device()), args.backend, timeout)
     try:
         result = fn(*fn_args, device, **fn_kwargs)

@@ -35,12 +35,13 @@ communicator, so channels sharing one would cross). ``torch.distributed.new_grou
 collective over the whole default group, so every process constructs its drivers with the
 same ranks and channels in the same order, members or not.
 
-On NCCL three more things keep the ranks from waiting on each other for ever. The driver
-connects every pair of ranks on every channel when it starts (``_connect_every_pair``
-says why); it polls an NCCL work until it is done before it waits for it (``_wait_until``);
-and it wants CUDA to load every kernel when it starts (``CUDA_MODULE_LOADING=EAGER``,
-which ``realcomm.launch`` sets for NCCL and the driver warns without): a kernel loaded at
-its first launch waits for the GPU's running kernels, a waiting NCCL kernel among them.
+On NCCL three more things are meant to keep the ranks from waiting on each other for ever
+(docs/realcomm.md says which of them a GPU has confirmed). The driver connects every pair
+of ranks on every channel when it starts (``_connect_every_pair`` says why); it wants CUDA
+to load every kernel when it starts (``CUDA_MODULE_LOADING=EAGER``, which
+``realcomm.launch`` sets for NCCL, and the driver warns without): a kernel loaded at its
+first launch waits for the GPU's running kernels, a waiting NCCL kernel among them; and it
+polls an NCCL work until it is done before it waits for it (``_wait_until``).
 
 Every blocking wait has a deadline (``timeout`` seconds). A peer that dies or never
 answers makes the waiting rank raise ``PeerError`` naming the peer and the op, instead of
@@ -61,6 +62,7 @@ message, but a mismatched message may fail inside NCCL before the check sees it.
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import hashlib
 import heapq
@@ -106,6 +108,7 @@ _HOST = torch.device("cpu")
 # first reduces while an NCCL operation of its own waits for a peer who is doing the same
 # would wait for ever (see the module's docstring).
 MODULE_LOADING, EAGER_LOADING = "CUDA_MODULE_LOADING", "EAGER"
+_EAGER_LOADING_MODE = 1  # CU_MODULE_EAGER_LOADING, cuda.h's CUmoduleLoadingMode
 _POLL_SECONDS = 20e-6  # between two looks at an NCCL work (torch's own wait sleeps 1 ms)
 # Integer types by width, to read a buffer's bytes as words for its checksum.
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -217,10 +220,11 @@ class Driver:
         # Peers are ranks of the group; torch's point-to-point ops take global ranks.
         self._global_ranks: list[int] = []
         self._scratch: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
+        backend = dist.get_backend(group) if self.is_member else None
         # gloo moves host memory only: CUDA tensors are staged through it.
-        self._stages_cuda = self.is_member and dist.get_backend(group) == "gloo"
+        self._stages_cuda = backend == "gloo"
         # NCCL's works are polled before they are waited for (see _wait_until).
-        self._polls = self.is_member and dist.get_backend(group) == "nccl"
+        self._polls = backend == "nccl"
         if self.is_member:
             size = dist.get_world_size(group)
             if local_size is None and ranks is None:
@@ -231,15 +235,14 @@ class Driver:
             # of batched point-to-point ops, which may involve only some ranks.
             for channel_group in self._groups.values():
                 dist.barrier(group=channel_group)
-            if dist.get_backend(group) == "nccl":
+            if backend == "nccl":
                 self._connect_every_pair()
-                if os.environ.get(MODULE_LOADING) != EAGER_LOADING:
+                if cuda_loads_kernels_eagerly() is False:
                     warnings.warn(
-                        f"{MODULE_LOADING} is not {EAGER_LOADING}: CUDA loads each kernel at "
-                        "its first launch, waiting for the running NCCL kernels, and a run "
-                        "that overlaps its sends with local work can hang on that; set "
-                        f"{MODULE_LOADING}={EAGER_LOADING} before CUDA starts (realcomm's "
-                        "launcher does)", RuntimeWarning, stacklevel=2)
+                        f"CUDA loads each kernel at its first launch, waiting for the running "
+                        "NCCL kernels, and a run that overlaps its sends with local work can "
+                        f"hang on that; set {MODULE_LOADING}={EAGER_LOADING} before CUDA "
+                        "starts (realcomm's launcher does)", RuntimeWarning, stacklevel=2)
 
     def _connect_every_pair(self) -> None:
         """Connect every pair of ranks, both ways, on every channel, one channel after the
@@ -253,18 +256,25 @@ class Driver:
         truncated", src/transport.cc, v2.30.7); and two ranks that first meet on different
         channels wait in different communicators for each other, forever. Once connected,
         a pair never connects again, so the algorithm's sends and receives no longer block
-        in the call that posts them."""
-        device = torch.device("cuda", torch.cuda.current_device())
-        me = dist.get_rank()
+        in the call that posts them.
+
+        Connecting has no deadline of its own: a peer that dies between the barriers above
+        and this leaves the call waiting."""
+        peers = [peer for peer in self._global_ranks if peer != dist.get_rank()]
+        if not peers:
+            return
+        # The device the communicators were made for (realcomm.launch binds each process
+        # group to it); NCCL tensors of a run must live there too.
+        device = (getattr(self.group, "bound_device_id", None)
+                  or torch.device("cuda", torch.cuda.current_device()))
+        token = torch.zeros(1, device=device)
         for channel_group in self._groups.values():
-            token = torch.zeros(1, device=device)
             ops = []
-            for peer in dist.get_process_group_ranks(channel_group):
-                if peer != me:
-                    ops += [dist.P2POp(dist.isend, token, peer, group=channel_group),
-                            dist.P2POp(dist.irecv, torch.empty(1, device=device), peer,
-                                       group=channel_group)]
-            for work in dist.batch_isend_irecv(ops) if ops else ():
+            for peer in peers:
+                ops += [dist.P2POp(dist.isend, token, peer, group=channel_group),
+                        dist.P2POp(dist.irecv, torch.empty(1, device=device), peer,
+                                   group=channel_group)]
+            for work in dist.batch_isend_irecv(ops):
                 work.wait()
 
     @property
@@ -342,7 +352,7 @@ class Driver:
         deadline = time.monotonic() + self.timeout
         try:
             _wait_until(_all_gather(everyone_tensor, mine_tensor, group=self.group,
-                                    async_op=True), deadline)
+                                    async_op=True), deadline, self._polls)
         except RuntimeError as error:
             raise _peer_error(self.comm.rank, "comparing this run's arguments with the "
                               "other ranks", error, deadline, self.timeout) from error
@@ -368,7 +378,21 @@ class Driver:
         self._scratch.setdefault((len(buf), buf.dtype, buf.device), []).append(buf)
 
 
-def _wait_until(work: Any, deadline: float, poll: bool = False) -> None:
+def cuda_loads_kernels_eagerly() -> bool | None:
+    """Whether CUDA in this process loaded every kernel when it started
+    (``CUDA_MODULE_LOADING=EAGER``) rather than each at its first launch, as the CUDA
+    driver says (``cuModuleGetLoadingMode``); None where it cannot be asked (no CUDA
+    driver, or CUDA not started)."""
+    try:
+        mode = ctypes.c_int()
+        if ctypes.CDLL("libcuda.so.1").cuModuleGetLoadingMode(ctypes.byref(mode)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return mode.value == _EAGER_LOADING_MODE
+
+
+def _wait_until(work: Any, deadline: float, poll: bool) -> None:
     """``work.wait()``, giving up at ``deadline`` (monotonic seconds).
 
     ``poll`` (NCCL): first poll ``is_completed`` until the work is done. NCCL's ``wait``

@@ -94,12 +94,22 @@ def init_from_env(device: torch.device | str | None = None, backend: str | None 
     return _init(local_rank, device, backend, timeout, init_method="env://")
 
 
+def load_kernels_eagerly_for_nccl(device: torch.device | str | None, backend: str | None
+                                  ) -> None:
+    """Have CUDA load every kernel when it starts (``CUDA_MODULE_LOADING=EAGER``, unless the
+    variable is set) if a run on ``device`` with ``backend`` (None: chosen from the device,
+    or the machine) may use NCCL; see ``realcomm.driver``'s docstring for why. Call it
+    before the process first touches CUDA (``torch.cuda.is_available()`` does)."""
+    if backend == "nccl" or (backend is None
+                             and (device is None or torch.device(device).type == "cuda")):
+        os.environ.setdefault(MODULE_LOADING, EAGER_LOADING)
+
+
 def _init(local_rank: int, device: torch.device | str | None, backend: str | None,
           timeout: float, **rendezvous: Any) -> torch.device:
+    load_kernels_eagerly_for_nccl(device, backend)
     device = default_device() if device is None else torch.device(device)
     backend = backend or backend_for(device)
-    if backend == "nccl" and not torch.cuda.is_initialized():
-        os.environ.setdefault(MODULE_LOADING, EAGER_LOADING)
     bound = None
     if device.type == "cuda":
         # More local ranks than GPUs share them in turn (gloo takes that; NCCL only from

@@ -21,7 +21,7 @@ from algorithms.harness.catalog import COLLECTIVES
 from realcomm import spawn
 from realcomm.bench import RunOptions, bench_rank
 from realcomm.cli import main
-from realcomm.launch import nccl_version_of, shared_gpu_refusal
+from realcomm.launch import load_kernels_eagerly_for_nccl, nccl_version_of, shared_gpu_refusal
 from simcomm.cli import main as simcomm_main
 
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -294,6 +294,22 @@ def test_nccl_version_codes_read_as_nccl_h_writes_them(code: int,
                                                        version: tuple[int, int, int]) -> None:
     # The refusal above asks the library torch runs, whose ncclGetVersion gives such a code.
     assert nccl_version_of(code) == version
+
+
+@pytest.mark.parametrize(("device", "backend", "eager"), [
+    ("cuda", None, True), (None, None, True), ("cuda", "nccl", True), (None, "nccl", True),
+    ("cpu", None, False), ("cuda", "gloo", False), (None, "gloo", False), ("cpu", "gloo", False),
+])
+def test_runs_that_may_use_nccl_ask_cuda_to_load_kernels_eagerly(
+        monkeypatch: pytest.MonkeyPatch, device: str | None, backend: str | None,
+        eager: bool) -> None:
+    monkeypatch.delenv("CUDA_MODULE_LOADING", raising=False)
+    load_kernels_eagerly_for_nccl(device, backend)
+    assert os.environ.get("CUDA_MODULE_LOADING") == ("EAGER" if eager else None)
+    # A user's own choice stands.
+    monkeypatch.setenv("CUDA_MODULE_LOADING", "LAZY")
+    load_kernels_eagerly_for_nccl(device, backend)
+    assert os.environ["CUDA_MODULE_LOADING"] == "LAZY"
 
 
 @pytest.mark.parametrize(("params", "message"), [
