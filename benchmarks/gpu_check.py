@@ -15,6 +15,9 @@ them, with the versions, to ``--out`` as JSON.
 3. realcomm's DDP (``BucketedAllreduce``) and FSDP (``FullyShardedSequential``) on CUDA
    tensors against torch's ``DistributedDataParallel`` and ``fully_shard``, and FSDP
    against one process training on the whole batch, at world sizes 1 and 2.
+4. What NCCL groups take to start: the whole spawn, the GPU memory in use, and a driver
+   with one channel and with nine, with CUDA loading every kernel when it starts (as
+   realcomm's launcher has it) and loading each at its first launch.
 
 ``--groups`` and ``--items`` pick what to run.
 
@@ -37,11 +40,12 @@ import torch
 import torch.distributed as dist
 
 from algorithms.harness.bench import bench_config, parse_sizes
+from algorithms import ring_channels
 from algorithms.harness.catalog import COLLECTIVES
 from realcomm import Driver, spawn
 from realcomm.bench import RunOptions, bench_rank
 from realcomm.ddp import BucketedAllreduce
-from realcomm.driver import cuda_loads_kernels_eagerly
+from realcomm.driver import MODULE_LOADING, cuda_loads_kernels_eagerly
 from realcomm.fsdp import FullyShardedSequential
 from realcomm.launch import nccl_runtime_version
 
@@ -272,13 +276,54 @@ def training(backend: str, ranks: int, environment: dict[str, str]) -> dict[str,
     return result
 
 
+def driver_costs() -> dict[str, Any]:
+    """Item 4 on every rank: the GPU memory in use on the device (all ranks' together, MiB)
+    once the process group has started, after a driver on the main channel alone and after
+    one with 8 more channels (on NCCL each connects every pair of ranks on each of its
+    channels), and the seconds each driver took to make. Rank 0's figures."""
+    def used_mib() -> float:
+        torch.cuda.synchronize()
+        dist.barrier()
+        free, total = torch.cuda.mem_get_info()
+        return round((total - free) / 2**20, 1)
+
+    figures: dict[str, Any] = {"eager_kernel_loading": cuda_loads_kernels_eagerly(),
+                               "started_MiB": used_mib()}
+    drivers = []
+    for name, channels in (("one_channel", ()), ("nine_channels", ring_channels(8))):
+        began = time.perf_counter()
+        drivers.append(Driver(channels=channels, timeout=GROUP_TIMEOUT))
+        figures[f"{name}_s"] = round(time.perf_counter() - began, 3)
+        figures[f"{name}_MiB"] = used_mib()
+    for driver in drivers:
+        driver.close()
+    return figures
+
+
+def start_costs(ranks: int, environment: dict[str, str]) -> dict[str, Any]:
+    """Item 4 in one NCCL group, with CUDA loading kernels as realcomm's launcher has it
+    (eagerly) and lazily: what starting the processes and the drivers took."""
+    result: dict[str, Any] = {}
+    for label, loading in (("launcher's", {}), ("lazy", {MODULE_LOADING: "LAZY"})):
+        began = time.perf_counter()
+        try:
+            with set_environment({**environment, **loading}):
+                figures = spawn(driver_costs, ranks, device="cuda", backend="nccl",
+                                timeout=GROUP_TIMEOUT)[0]
+        except Exception as error:  # noqa: BLE001 - a failure is a result too
+            result[label] = one_line(error)
+            continue
+        result[label] = {"whole_s": round(time.perf_counter() - began, 1), **figures}
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON file for the results")
     parser.add_argument("--sizes", default="4KiB,1MiB,64MiB", help="item 1's sizes")
     parser.add_argument("--groups", default=",".join(g[0] for g in GROUPS),
                         help="which process groups items 1 and 3 run in")
-    parser.add_argument("--items", default="1,2,3", help="which items to run")
+    parser.add_argument("--items", default="1,2,3,4", help="which items to run")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("gpu_check.py: this machine has no CUDA device", file=sys.stderr)
@@ -306,6 +351,13 @@ def main() -> int:
             if ranks <= 2:  # world sizes 1 and 2 are enough here
                 report["training"][name] = training(backend, ranks, environment)
                 print(f"\n## DDP and FSDP, {name}: {report['training'][name]}", flush=True)
+                save(report, args.out)
+    if "4" in items:
+        report["start"] = {}
+        for name, backend, ranks, environment in groups:
+            if backend == "nccl":
+                report["start"][name] = start_costs(ranks, environment)
+                print(f"\n## starting, {name}: {report['start'][name]}", flush=True)
                 save(report, args.out)
     return 0
 
