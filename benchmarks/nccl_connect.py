@@ -94,6 +94,9 @@ def main() -> int:
     parser.add_argument("--connect-first", action="store_true",
                         help="connect the pair both ways before the case's own batches")
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("nccl_connect.py: this machine has no CUDA device", file=sys.stderr)
+        return 1
     case, expected = CASES[args.case]
     try:
         got = spawn(case, 2, (args.connect_first,), device="cuda", timeout=30.0)
