@@ -135,13 +135,30 @@ class ModelTuner:
 
     def best_for(self, collective: str, nbytes: int, algorithm: str) -> Choice:
         """The fastest protocol and channels for ``algorithm``, as NCCL chooses when
-        NCCL_ALGO names it (NVLS and NVLS-tree: Simple, on NCCL's 16 channels)."""
+        NCCL_ALGO names it (NVLS and NVLS-tree: Simple, on NCCL's 16 channels). As NCCL,
+        refuses NVLS where it cannot run: it needs switches that reduce (NVLink SHARP, from
+        H100's NVSwitch on), and NCCL runs it on one node and NVLS-tree across several only
+        (``ncclTopoTuneModel`` in src/graph/tuning.cc disables the others; a forced one then
+        fails with ncclInvalidUsage, ``topoGetAlgoInfo`` in src/enqueue.cc)."""
+        one_node = self.topology.local_size in (None, self.topology.size)
+        if algorithm == "nvls" and not (self.topology.reducing_switches and one_node):
+            raise ValueError(self._no_in_switch("nvls", "one node", "nvls_tree"))
+        if algorithm == "nvls_tree" and not self.has_nvls_tree():
+            raise ValueError(self._no_in_switch("nvls_tree", "several nodes", "nvls"))
         if algorithm in IN_SWITCH:
             return Choice(algorithm, Protocol.SIMPLE, NVLS_CHANNELS)
         candidates = [Choice(algorithm, protocol, self.channels) for protocol in Protocol]
         return call_channels(
             min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes)),
             nbytes, self.topology.size)
+
+    def _no_in_switch(self, algorithm: str, where: str, other: str) -> str:
+        topology = self.topology
+        if not topology.reducing_switches:
+            return (f"{algorithm} needs NVSwitches that reduce (NVLink SHARP, H100 and "
+                    f"newer); {topology.name} has none, and NCCL refuses it there")
+        return (f"{algorithm} runs on {where} only, as NCCL runs it; on {topology.name} "
+                f"try algorithm={other}")
 
     def has_nvls_tree(self) -> bool:
         """Whether NVLS-tree can run here: several nodes whose switches reduce."""

@@ -311,6 +311,9 @@ def test_the_commands_say_which_level_ran(capsys) -> None:
 
 # -- NCCL-class collectives: the tuner's estimate of the choice the algorithm makes -----
 
+IN_SWITCH_HERE = "the in-switch algorithm NCCL runs on the topology"
+
+
 @pytest.mark.parametrize("spec", ["dgx-h100", "cluster-h100:nodes=2"])
 @pytest.mark.parametrize("algorithm, params, tolerance", [
     ("nccl_allreduce", {}, 0.45), ("nccl_allreduce", {"algorithm": "ring"}, 0.10),
@@ -318,11 +321,13 @@ def test_the_commands_say_which_level_ran(capsys) -> None:
     ("nccl_reduce_scatter", {"op": AVG}, 0.10), ("nccl_all_gather", {}, 0.10),
     ("nccl_allreduce", {"algorithm": "hierarchical", "protocol": "ll"}, 0.10),
     ("hierarchical_allreduce", {"op": AVG}, 0.10),
-    ("nccl_allreduce", {"algorithm": "nvls_tree"}, 0.25), ("nvls_tree_allreduce", {}, 0.25)])
+    ("nccl_allreduce", {"algorithm": IN_SWITCH_HERE}, 0.25), ("nvls_tree_allreduce", {}, 0.25)])
 def test_nccl_class_collectives_are_estimated_near_the_message_level(
         spec, algorithm, params, tolerance) -> None:
     import algorithms.tuned
     function, topology = getattr(algorithms.tuned, algorithm), make_preset(spec)
+    if params.get("algorithm") == IN_SWITCH_HERE:  # as NCCL: NVLS on one node, else NVLS-tree
+        params = {"algorithm": "nvls" if topology.local_size is None else "nvls_tree"}
     for count in (0, 1000, 2**18, 2**22 + 3):
         message, collective = _both_levels(function, topology, count, np.float32, **params)
         assert collective.exact is False and collective.links == []

@@ -107,8 +107,23 @@ def test_forcing_a_choice_overrides_the_tuner_and_unknown_names_are_refused() ->
     with pytest.raises(ValueError, match="unknown algorithm 'collnet'; known: ring, tree, "
                                          "hierarchical, nvls, nvls_tree or auto"):
         simulate(nccl_allreduce, inputs, topology, algorithm="collnet")
-    with pytest.raises(ValueError, match="nvls runs under the simple protocol only"):
-        simulate(nccl_allreduce, inputs, topology, algorithm="nvls", protocol="ll")
+    with pytest.raises(ValueError, match="nvls_tree runs under the simple protocol only"):
+        simulate(nccl_allreduce, inputs, topology, algorithm="nvls_tree", protocol="ll")
+
+
+@pytest.mark.parametrize("preset, algorithm, message", [
+    ("dgx-a100", "nvls", "nvls needs NVSwitches that reduce .* dgx-a100 has none"),
+    ("cluster-a100:nodes=2", "nvls_tree", "nvls_tree needs NVSwitches that reduce"),
+    ("cluster-h100:nodes=2", "nvls", "nvls runs on one node only.* try algorithm=nvls_tree"),
+    ("dgx-h100", "nvls_tree", "nvls_tree runs on several nodes only.* try algorithm=nvls")])
+def test_forcing_nvls_where_nccl_cannot_run_it_is_refused(preset: str, algorithm: str,
+                                                          message: str) -> None:
+    # NCCL_ALGO=NVLS on an A100, or plain NVLS across nodes, fails with ncclInvalidUsage.
+    topology = make_preset(preset)
+    nccl_allreduce = get_collective("nccl_allreduce").function
+    inputs = [SizeOnly(1 << 20, np.float32)] * topology.size
+    with pytest.raises(ValueError, match=message):
+        simulate(nccl_allreduce, inputs, topology, algorithm=algorithm)
 
 
 def test_nvls_is_chosen_for_large_calls_on_one_h100_node_and_never_across_nodes() -> None:
