@@ -296,13 +296,15 @@ def _dgx(name: str, node: NodeFigures, gpus: int, channels: int) -> Topology:
 
 
 def pcie_a100(gpus: int = 8) -> Topology:
-    """A100 80GB PCIe cards, each on a Gen4 x16 port of one PCIe switch, no NVLink."""
+    """A100 80GB PCIe cards, each on a Gen4 x16 port of one PCIe switch, no NVLink: NCCL
+    does not weigh LL128 there (``Topology.ll128_enabled``)."""
     _positive_int("gpus", gpus)
     topo = switch(gpus, PCIE_GEN4_X16_DATA, PCIE_STEP_LATENCY, A100_PCIE_HBM)
     return with_injection(replace(topo, name=f"pcie-a100:gpus={gpus}",
                                   launch_latency=NCCL_LAUNCH_LATENCY,
                                   ll_bandwidth=A100_LL_BANDWIDTH,
-                                  ll128_channel_bandwidth=A100_LL128_CHANNEL_BANDWIDTH))
+                                  ll128_channel_bandwidth=A100_LL128_CHANNEL_BANDWIDTH,
+                                  ll128_enabled=False))
 
 
 def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0) -> Topology:

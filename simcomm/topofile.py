@@ -19,6 +19,8 @@ Two forms. The explicit form lists nodes and links::
                                      # channels together (optional; default: no limit)
     ll128_channel_bandwidth = "36.7GB/s"  # what one channel moves per second under LL128
                                      # (optional; default: no limit)
+    ll128_enabled = false            # whether NCCL weighs LL128 unless told (default true;
+                                     # NCCL: only where a node's GPUs talk over NVLink)
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
     switch_efficiency = 0.8333       # their share of a link's bandwidth (default 1)
     switch_latency = "4.9us"         # what each in-switch op waits there (default 0)
@@ -107,8 +109,8 @@ _TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
                      "tree_launch_latency_ll128")
 # Keys of what the machine does besides its links, in both forms.
 _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth")
-_MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "reducing_switches",
-                 "switch_efficiency", "switch_latency", "channels")
+_MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
+                 "reducing_switches", "switch_efficiency", "switch_latency", "channels")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
@@ -284,6 +286,8 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
     machine: dict[str, Any] = {"launch_latency": _read_launch(reader, data)}
     for key in _RATE_KEYS:
         machine[key] = _read_rate(reader, data, key)
+    if "ll128_enabled" in data:
+        machine["ll128_enabled"] = reader.flag(data["ll128_enabled"], "ll128_enabled")
     if "reducing_switches" in data:
         machine["reducing_switches"] = tuple(reader.names(data["reducing_switches"],
                                                           "reducing_switches"))
@@ -588,6 +592,8 @@ def dump_topology(topology: Topology) -> str:
         rate = getattr(topology, key)
         if math.isfinite(rate):
             doc[key] = format_bandwidth(rate)
+    if not topology.ll128_enabled:
+        doc["ll128_enabled"] = False
     if topology.reducing_switches:
         doc["reducing_switches"] = list(topology.reducing_switches)
     if topology.switch_efficiency != 1.0:

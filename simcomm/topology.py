@@ -131,7 +131,10 @@ class Topology:
     channels together: the LL protocol's polling on 8-byte flags, not the wire, is its
     limit (NCCL's ``llMaxBw``); infinite means none. ``ll128_channel_bandwidth`` is the most
     one channel moves per second under LL128 (NCCL's ``perChMaxRingLL128Bw``; infinite:
-    none). ``injection_bandwidth`` is what one
+    none). ``ll128_enabled`` says whether NCCL runs LL128 here unless told to: it enables
+    it by default only where the GPUs of a node talk over NVLink (and a NIC is at most a
+    PCIe switch away), so a tuner leaves it out elsewhere; a forced LL128 still runs, as
+    with ``NCCL_PROTO=LL128``. ``injection_bandwidth`` is what one
     GPU's kernels move per second over all their channels together, each channel of a
     collective an even share (infinite: no limit). ``reducing_switches`` are the switch
     nodes that reduce and multicast in the switch (NVLink SHARP, NVLS: ``Multicast`` and
@@ -153,6 +156,7 @@ class Topology:
     ll_bandwidth: float = math.inf
     injection_bandwidth: float = math.inf
     ll128_channel_bandwidth: float = math.inf
+    ll128_enabled: bool = True
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
     switch_latency: float = 0.0
@@ -206,6 +210,9 @@ class Topology:
             if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0):
                 raise ValueError(f"topology {self.name!r}: {key} must be > 0 bytes/second "
                                  f"(inf: no limit), got {rate!r}")
+        if not isinstance(self.ll128_enabled, bool):
+            raise ValueError(f"topology {self.name!r}: ll128_enabled must be True or False, "
+                             f"got {self.ll128_enabled!r}")
         ranked = set(self.ranks)
         for node in self.reducing_switches:
             if node not in known or node in ranked:

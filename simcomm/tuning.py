@@ -126,7 +126,7 @@ class ModelTuner:
                              f"{', '.join(CANDIDATES)}")
         candidates = [Choice(algorithm, protocol, self.channels)
                       for algorithm in CANDIDATES[collective] if algorithm != "nvls"
-                      for protocol in Protocol]
+                      for protocol in self.protocols()]
         if "nvls" in CANDIDATES[collective] and self.has_nvls():
             candidates.append(Choice("nvls", Protocol.SIMPLE, NVLS_CHANNELS))
         if "nvls" in CANDIDATES[collective] and self.has_nvls_tree():
@@ -147,10 +147,18 @@ class ModelTuner:
             raise ValueError(self._no_in_switch("nvls_tree", "several nodes", "nvls"))
         if algorithm in IN_SWITCH:
             return Choice(algorithm, Protocol.SIMPLE, NVLS_CHANNELS)
-        candidates = [Choice(algorithm, protocol, self.channels) for protocol in Protocol]
+        candidates = [Choice(algorithm, protocol, self.channels)
+                      for protocol in self.protocols()]
         return call_channels(
             min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes)),
             nbytes, self.topology.size)
+
+    def protocols(self) -> list[Protocol]:
+        """The protocols NCCL weighs here unless told: all but LL128 where the topology
+        does not enable it (``Topology.ll128_enabled``; NVIDIA/nccl v2.26.2
+        src/graph/tuning.cc, "Enable LL128 by default only on ...+NVLink")."""
+        return [protocol for protocol in Protocol
+                if protocol is not Protocol.LL128 or self.topology.ll128_enabled]
 
     def _no_in_switch(self, algorithm: str, where: str, other: str) -> str:
         topology = self.topology

@@ -510,6 +510,22 @@ def test_a_channel_count_reaches_the_tuner_and_a_bad_one_is_refused() -> None:
         parse_topology(text.replace("channels = 6", "channels = 0"))
 
 
+def test_ll128_left_out_of_the_tuner_by_a_file_is_still_run_when_forced() -> None:
+    text = ('gpus = 4\nll128_enabled = false\nll128_channel_bandwidth = "20GB/s"\n'
+            'defaults = { bandwidth = "24GB/s", latency = "5.7us", latency_ll = "1us", '
+            'latency_ll128 = "2.5us" }\nswitches = ["sw"]\n'
+            'link = [{ src = ["gpu0", "gpu1", "gpu2", "gpu3"], dst = "sw" }]')
+    topology = parse_topology(text)
+    tuner = ModelTuner(topology)
+    assert not topology.ll128_enabled and Protocol.LL128 not in tuner.protocols()
+    assert all(Protocol.LL128 is not choice.protocol
+               for size in (1 << 16, 1 << 20, 1 << 22) for choice in tuner.estimates(
+                   "allreduce", size))
+    assert parse_topology(dump_topology(topology)) == topology
+    with pytest.raises(TopologyFileError, match="ll128_enabled: must be true or false"):
+        parse_topology(text.replace("ll128_enabled = false", 'll128_enabled = "no"'))
+
+
 def test_a_local_size_that_does_not_divide_the_ranks_is_refused() -> None:
     with pytest.raises(TopologyFileError, match="local_size must be an int >= 1 that divides"):
         parse_topology('gpus = 3\nlocal_size = 2\ndefaults = { bandwidth = "1GB/s", '

@@ -111,6 +111,23 @@ def test_forcing_a_choice_overrides_the_tuner_and_unknown_names_are_refused() ->
         simulate(nccl_allreduce, inputs, topology, algorithm="nvls_tree", protocol="ll")
 
 
+def test_without_nvlink_the_tuner_weighs_no_ll128_but_a_forced_one_runs() -> None:
+    # NCCL enables LL128 by default only where a node's GPUs talk over NVLink: on PCIe
+    # cards it picks LL or Simple, though LL128 would simulate faster at 1 to 4 MiB.
+    topology = make_preset("pcie-a100")
+    tuner = ModelTuner(topology)
+    assert not topology.ll128_enabled and make_preset("dgx-a100").ll128_enabled
+    assert {tuner("allreduce", 1 << k).protocol for k in range(3, 31)} == {
+        Protocol.LL, Protocol.SIMPLE}
+    assert tuner.best_for("allreduce", 1 << 20, "tree").protocol is not Protocol.LL128
+    nccl_allreduce = get_collective("nccl_allreduce").function
+    inputs = [SizeOnly(1 << 20, np.float32)] * topology.size
+    forced = simulate(nccl_allreduce, inputs, topology, protocol="ll128")
+    assert forced.launches[0].describe() == "ring/LL128/8"
+    picked = simulate(nccl_allreduce, inputs, topology)
+    assert forced.time < picked.time  # what the tuner leaves out is no slower here
+
+
 @pytest.mark.parametrize("preset, algorithm, message", [
     ("dgx-a100", "nvls", "nvls needs NVSwitches that reduce .* dgx-a100 has none"),
     ("cluster-a100:nodes=2", "nvls_tree", "nvls_tree needs NVSwitches that reduce"),
