@@ -56,10 +56,11 @@ SLOWEST_RANK = 3
 # issue #333). A row of such a run takes at least the host's time per iteration, a fixed part
 # and a part per GPU launched. No source gives the two apart, so they are fitted (least
 # squares) to the flat small-size times of every published -g table we hold: about 22 us for
-# 4 B200s (#333), 16.8, 21.5 and 23.5 us for 4 H100s (benchmarks/published, the
-# ncclcollbench tables) and 34.8 to 35.0 us for 8 H100s (the togethernccl tables).
-HOST_SECONDS_PER_ITERATION = 7.0e-6
-HOST_SECONDS_PER_GPU = 3.5e-6
+# 4 B200s (#333); 16.8, 21.5 and 23.5 us for 4 H100s on a shared host and 22.2, 21.4 and
+# 23.3 us on the same host run alone (benchmarks/published, the ncclcollbench and
+# ncclcollbenchquiet tables); 34.8 to 35.4 us for 8 H100s (the togethernccl tables).
+HOST_SECONDS_PER_ITERATION = 8.1e-6
+HOST_SECONDS_PER_GPU = 3.35e-6
 
 
 def host_floor_seconds(gpus_per_process: int) -> float:

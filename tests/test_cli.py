@@ -286,7 +286,7 @@ def test_one_process_driving_several_gpus_takes_their_launches(
     assert float(driven_small["time_us"]) == pytest.approx(host_floor_seconds(8) * 1e6)
     assert driven_large == large
     assert main(["bench", *argv, "-g", "4"]) == 0
-    assert ("# one process drives 4 GPUs (-g): a row takes at least the host's 21 us to "
+    assert ("# one process drives 4 GPUs (-g): a row takes at least the host's 21.5 us to "
             "launch them") in capsys.readouterr().out.splitlines()
 
 

@@ -111,6 +111,17 @@ def test_forcing_a_choice_overrides_the_tuner_and_unknown_names_are_refused() ->
         simulate(nccl_allreduce, inputs, topology, algorithm="nvls_tree", protocol="ll")
 
 
+@pytest.mark.parametrize("gpus, algorithm", [(2, "ring"), (4, "ring"), (6, "nvls")])
+def test_the_tuner_picks_what_nccl_picked_on_a_few_gpus_of_an_h100_node(
+        gpus: int, algorithm: str) -> None:
+    # NCCL 2.29.2's own choice (NCCL_DEBUG_SUBSYS=TUNING) from 256 MiB to 8 GiB on 2, 4
+    # and 6 GPUs of one H100 node: the ring under Simple, then NVLS from 6 GPUs
+    # (waynehacking8/nccl-collectives-bench, results/scaling_attributed/, commit ec97f06).
+    tuner = ModelTuner(make_preset(f"dgx-h100:gpus={gpus}"))
+    assert {(tuner("allreduce", 1 << k).algorithm, tuner("allreduce", 1 << k).protocol)
+            for k in range(28, 34)} == {(algorithm, Protocol.SIMPLE)}
+
+
 def test_without_nvlink_the_tuner_weighs_no_ll128_but_a_forced_one_runs() -> None:
     # NCCL enables LL128 by default only where a node's GPUs talk over NVLink: on PCIe
     # cards it picks LL or Simple, though LL128 would simulate faster at 1 to 4 MiB.
