@@ -160,6 +160,8 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
         wrong = count_wrong(config.collective, inputs, result.results, config.op,
                             config.root, dict(config.params))
     algo = "; ".join(dict.fromkeys(launch.describe() for launch in result.launches))
+    if level == "auto" and result.level == "collective":
+        algo = f"{algo or 'N/A'} (collective level)"
     seconds = host_bound_seconds(rank_time(result.finish_times, average), gpus_per_process)
     return bench_row(config.collective, p, size, config.dtype, config.op, config.root,
                      seconds, wrong, algo)

@@ -223,7 +223,12 @@ def bench(args: argparse.Namespace) -> int:
         raise ValueError("--samples times seeded runs and counts no wrong elements: give -c/"
                          "--check without it")
     header = _bench_header(args, configs[0], topology)
-    header.append(describe_level(args.level, level))
+    if args.level == "auto" and level == "message":
+        header.append(f"level: auto: every message simulated, but a size that would take more "
+                      f"than {AUTO_MESSAGE_LIMIT:,} is costed at the collective level (its last "
+                      "column says so)")
+    else:
+        header.append(describe_level(args.level, level))
     if args.samples is not None:
         header.append(f"{args.samples} seeded samples a size (seeds {args.seed} to "
                       f"{args.seed + args.samples - 1}): time is their mean; min to max their "

@@ -52,7 +52,7 @@ from algorithms.nvls import (
     pipeline_chunks,
 )
 from algorithms.ops import (
-    AVG, SUM, Choice, Comm, Protocol, ReduceOp, Sleep, Tuner, check_channels,
+    AVG, SUM, Choice, Comm, Launch, Protocol, ReduceOp, Sleep, Tuner, check_channels,
 )
 from algorithms.tuned import (
     ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, choose, nccl_all_gather, nccl_allreduce,
@@ -90,6 +90,7 @@ class CollectiveCost:
     link_bytes: np.ndarray | None
     link_busy: np.ndarray | None
     exact: bool
+    choice: Choice | None = None  # an NCCL-class collective's algorithm, protocol, channels
 
     @property
     def time(self) -> float:
@@ -609,7 +610,8 @@ def _estimated(machine: Machine, collective: str, choice: Choice, count: int, it
                          "(Topology.reducing_switches): run it at the message level")
     seconds = estimator.estimate(collective, choice, count * itemsize)
     messages = _tuned_messages(collective, choice, count, itemsize, comm)
-    return CollectiveCost(np.full(topology.size, seconds), messages, None, None, None, False)
+    return CollectiveCost(np.full(topology.size, seconds), messages, None, None, None, False,
+                          choice)
 
 
 def _forced(collective: str, algorithm: str) -> Callable[..., CollectiveCost]:
@@ -779,6 +781,11 @@ MODELS: dict[Callable[..., Any], _Model] = {
 }
 
 
+def has_collective_model(algorithm: Callable[..., Any]) -> bool:
+    """Whether the collective level can cost ``algorithm``."""
+    return algorithm in MODELS
+
+
 def expected_messages(algorithm: Callable[..., Any], ranks: int) -> int | None:
     """About how many messages the message level steps through for one call of
     ``algorithm`` on ``ranks`` ranks (at least that many); None if no model knows."""
@@ -852,8 +859,10 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
     cost = model.cost(Machine(topology, tuner), count, dtype.itemsize, **params)
     links = [] if cost.link_bytes is None or cost.link_busy is None else link_stats(
         topology.links, cost.link_bytes.astype(np.int64).tolist(), cost.link_busy.tolist())
+    launches = [] if cost.choice is None else [
+        Launch(cost.choice.protocol, cost.choice.algorithm, cost.choice.channels)]
     return SimResult([None] * topology.size, cost.time, cost.finish_times.tolist(), links, [],
-                     cost.messages, level="collective", exact=cost.exact)
+                     cost.messages, launches=launches, level="collective", exact=cost.exact)
 
 
 class TimedCollective:

@@ -73,7 +73,9 @@ from algorithms.protocol import (
 from algorithms import reference
 from simcomm.buffers import SizeOnly
 from simcomm.chrome_trace import write_chrome_trace
-from simcomm.collective_level import choose_level, run_collective_level
+from simcomm.collective_level import (
+    AUTO_MESSAGE_LIMIT, choose_level, has_collective_model, run_collective_level,
+)
 from simcomm.results import Hop, SimResult, TraceEvent, link_stats
 from simcomm.topology import WIRE_EFFICIENCY, Topology, check_ranks
 from simcomm.tuning import ModelTuner
@@ -840,6 +842,22 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _counted_at_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
+                                 topology: Topology, tuner: Tuner | None,
+                                 params: dict[str, Any]) -> SimResult | None:
+    """The collective level's run of this call, which counts the messages the message level
+    would step through for its size and choice; None where no model covers the call (the
+    message level then runs it, and reports any error in it)."""
+    if not has_collective_model(algorithm):
+        return None
+    try:
+        check_ranks(topology, inputs)
+        with _collector_paused():
+            return run_collective_level(algorithm, inputs, topology, tuner, **params)
+    except (ValueError, TypeError):
+        return None
+
+
 def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Topology, /,
              *, record: bool = True, trace: str | os.PathLike[str] | IO[str] | None = None,
              eager_limit: int | None = None, max_ops: int | None = DEFAULT_MAX_OPS,
@@ -873,10 +891,17 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     cost from the topology, ``simcomm.collective_level``: built-in collectives on size-only
     buffers, no data, no trace, seconds even at 100,000 ranks) or ``auto`` (the collective
     level where the message level would step through more than ``AUTO_MESSAGE_LIMIT``
-    messages); ``SimResult.level`` says which ran.
+    messages, counted for this call's size and choice where the collective level can, and
+    the message level wherever a message-level option is given); ``SimResult.level`` says
+    which ran.
     """
-    level = choose_level(level, algorithm, topology.size,
-                         all(isinstance(buf, SizeOnly) for buf in inputs))
+    size_only = all(isinstance(buf, SizeOnly) for buf in inputs)
+    asked, level = level, choose_level(level, algorithm, topology.size, size_only)
+    message_options = (trace, eager_limit, jitter, variation) != (None,) * 4
+    if asked == "auto" and level == "message" and size_only and not message_options:
+        counted = _counted_at_collective_level(algorithm, inputs, topology, tuner, params)
+        if counted is not None and counted.messages > AUTO_MESSAGE_LIMIT:
+            return counted
     if level == "collective":
         given = [name for name, value in (("trace", trace), ("eager_limit", eager_limit),
                                           ("jitter", jitter), ("variation", variation))

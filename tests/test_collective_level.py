@@ -283,6 +283,30 @@ def test_a_ddp_step_on_16384_gpus_runs_at_the_collective_level() -> None:
         assert after.start == pytest.approx(max(before.end, after.ready), rel=1e-12)
 
 
+def test_auto_counts_each_calls_messages_for_its_size_and_choice(capsys) -> None:
+    # A ring's p (p - 1) messages per phase are few on 32 ranks, but NCCL's ring runs on 16
+    # channels in slices: at 2 GiB the message level would step through about 254,000.
+    from algorithms import nccl_allreduce
+    from simcomm.cli import main
+    topology = make_preset("cluster-h100:nodes=4")
+    large = simulate(nccl_allreduce, [SizeOnly(2**29, np.float32)] * 32, topology,
+                     level="auto")
+    assert large.level == "collective" and large.messages > AUTO_MESSAGE_LIMIT
+    assert [launch.describe() for launch in large.launches] == ["ring/SIMPLE/16"]
+    small = simulate(nccl_allreduce, [SizeOnly(2**18, np.float32)] * 32, topology,
+                     level="auto")
+    assert small.level == "message" and small.messages < AUTO_MESSAGE_LIMIT
+    assert main(["bench", "--algorithm", "nccl_allreduce", "--topology",
+                 "cluster-h100:nodes=4", "--sizes", "1MiB,2GiB"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert ("# level: auto: every message simulated, but a size that would take more than "
+            "200,000 is costed at the collective level (its last column says so)") in lines
+    rows = [line for line in lines if not line.startswith("#")]
+    assert rows[0].endswith(" tree/LL128/16")
+    assert rows[1].endswith(" ring/SIMPLE/16 (collective level)")
+    assert float(rows[1].split()[5]) == pytest.approx(large.time * 1e6, rel=1e-3)
+
+
 def test_the_commands_say_which_level_ran(capsys) -> None:
     from simcomm.cli import main
     assert main(["bench", "--algorithm", "ring_allreduce", "--topology", "ring", "--ranks",
