@@ -897,7 +897,8 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     """
     size_only = all(isinstance(buf, SizeOnly) for buf in inputs)
     asked, level = level, choose_level(level, algorithm, topology.size, size_only)
-    message_options = (trace, eager_limit, jitter, variation) != (None,) * 4
+    message_options = any(option is not None for option in (trace, eager_limit, jitter,
+                                                             variation))
     if asked == "auto" and level == "message" and size_only and not message_options:
         counted = _counted_at_collective_level(algorithm, inputs, topology, tuner, params)
         if counted is not None and counted.messages > AUTO_MESSAGE_LIMIT:
