@@ -140,8 +140,7 @@ class ModelTuner:
         H100's NVSwitch on), and NCCL runs it on one node and NVLS-tree across several only
         (``ncclTopoTuneModel`` in src/graph/tuning.cc disables the others; a forced one then
         fails with ncclInvalidUsage, ``topoGetAlgoInfo`` in src/enqueue.cc)."""
-        one_node = self.topology.local_size in (None, self.topology.size)
-        if algorithm == "nvls" and not (self.topology.reducing_switches and one_node):
+        if algorithm == "nvls" and not (self.topology.reducing_switches and self._one_node()):
             raise ValueError(self._no_in_switch("nvls", "one node", "nvls_tree"))
         if algorithm == "nvls_tree" and not self.has_nvls_tree():
             raise ValueError(self._no_in_switch("nvls_tree", "several nodes", "nvls"))
@@ -168,17 +167,17 @@ class ModelTuner:
         return (f"{algorithm} runs on {where} only, as NCCL runs it; on {topology.name} "
                 f"try algorithm={other}")
 
+    def _one_node(self) -> bool:
+        return self.topology.local_size in (None, self.topology.size)
+
     def has_nvls_tree(self) -> bool:
         """Whether NVLS-tree can run here: several nodes whose switches reduce."""
-        topology = self.topology
-        return (bool(topology.reducing_switches)
-                and topology.local_size not in (None, topology.size))
+        return bool(self.topology.reducing_switches) and not self._one_node()
 
     def has_nvls(self) -> bool:
         """Whether NVLS can run here: one node, on a switch that reduces."""
-        topology = self.topology
-        return (bool(topology.reducing_switches) and topology.size > 1
-                and topology.local_size in (None, topology.size))
+        return (bool(self.topology.reducing_switches) and self.topology.size > 1
+                and self._one_node())
 
     def estimate(self, collective: str, choice: Choice, nbytes: int) -> float:
         """Estimated seconds of ``collective`` of ``nbytes`` per rank run as ``choice``."""
