@@ -111,6 +111,9 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
         preset = f"cluster-{kind}:nodes={count}"
     else:
         return f"no preset for nodes of {gpus} GPUs"
+    ports = re.match(r"\s*(\d+)", table.header.get("nic_ports", ""))
+    if ports and count > 1 and int(ports.group(1)) != 1:  # ports that share a NIC's rate
+        preset += f",nic_ports={ports.group(1)}"
     # NCCL_MIN_CTAS or NCCL_MIN_NCHANNELS raise NCCL's channel count to at least theirs.
     minimum = re.search(r"NCCL_MIN_(?:CTAS|NCHANNELS)=(\d+)", table.header.get("command", ""))
     if minimum:

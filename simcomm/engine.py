@@ -25,7 +25,9 @@ Cost model (alpha-beta with contention):
 * Where the topology limits what a GPU's kernels move (``Topology.injection_bandwidth``,
   and under LL ``Topology.ll_bandwidth``), a message first crosses its channel's pipe on
   its sender: a link with no latency and an even share of that rate among the channels of
-  the rank's latest ``Launch`` (under LL128 at most ``Topology.ll128_channel_bandwidth``).
+  the rank's latest ``Launch`` (under LL128 at most ``Topology.ll128_channel_bandwidth``);
+  a message of NCCL's tree under Simple then crosses a pipe of its channel's stream to that
+  peer, at ``Topology.tree_channel_bandwidth``.
   NCCL runs each channel on its own SMs, side by side, so a channel's steps pay their
   latency and their bytes one after the other, and the channels together reach the GPU's
   rate.
@@ -222,11 +224,12 @@ class _Simulation(Interpreter):
         self.link_bytes = [0] * len(self.links)
         self.link_busy = [0] * len(self.links)  # ticks
         # Whether a channel's rate is limited under some protocol (Topology.channel_rate).
-        self.piped = any(math.isfinite(topology.channel_rate(protocol, 1))
-                         for protocol in Protocol)
+        self.piped = (any(math.isfinite(topology.channel_rate(protocol, 1))
+                          for protocol in Protocol)
+                      or math.isfinite(topology.tree_channel_bandwidth))
         self.share = [1] * self.size  # channels of each rank's latest Launch
         self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
-        self.pipes: dict[tuple[int, Hashable], int] = {}
+        self.pipes: dict[tuple[Hashable, ...], int] = {}
         # Per protocol, src * size + dst -> per link of the route: (index, ticks per byte,
         # latency, gap). Simple's table is looked up without the protocol: hashing an enum
         # member is a Python call, a tenth of a microsecond on every message.
@@ -363,24 +366,33 @@ class _Simulation(Interpreter):
 
     def _through_pipe(self, src: int, dst: int, channel: Hashable, protocol: Protocol,
                       route: Route) -> Route:
-        # One pipe per (rank, channel), whatever the peer and the protocol.
+        # One pipe per (rank, channel), whatever the peer and the protocol; on NCCL's tree
+        # under Simple another per peer besides, at the tree's own ceiling.
         share = self.share[src]
         key = (src, dst, channel, share, protocol)
         piped_routes = self.piped_routes_of[src]
         piped = piped_routes.get(key)
         if piped is None:
-            rate = self.topology.channel_rate(protocol, share)
-            if math.isinf(rate):
-                piped = route
-            else:
-                pipe = self.pipes.get((src, channel))
-                if pipe is None:
-                    pipe = self.pipes[src, channel] = len(self.link_free)
-                    for per_link in (self.link_free, self.link_bytes, self.link_busy):
-                        per_link.append(0)
-                piped = ((pipe, TICKS_PER_SECOND / rate, 0, 0), *route)
+            piped = route
+            if piped_routes is self.tree_piped_routes and protocol is _SIMPLE:
+                piped = self._piped(piped, (src, channel, dst),
+                                    self.topology.tree_channel_bandwidth)
+            piped = self._piped(piped, (src, channel),
+                                self.topology.channel_rate(protocol, share))
             piped_routes[key] = piped
         return piped
+
+    def _piped(self, route: Route, name: tuple[Hashable, ...], rate: float) -> Route:
+        # ``route`` behind the pipe ``name``, a link with no latency that moves ``rate``
+        # bytes a second; the route alone where the rate has no limit.
+        if math.isinf(rate):
+            return route
+        pipe = self.pipes.get(name)
+        if pipe is None:
+            pipe = self.pipes[name] = len(self.link_free)
+            for per_link in (self.link_free, self.link_bytes, self.link_busy):
+                per_link.append(0)
+        return ((pipe, TICKS_PER_SECOND / rate, 0, 0), *route)
 
     def _cross(self, h: _Handle, head: int) -> None:
         # The message's head reaches the next link of its route now. The link serves heads in

@@ -111,6 +111,16 @@ AMD_HOSTS_LL_BANDWIDTH = {2: 22.5 * GB, 3: 19.0 * GB}
 A100_LL128_CHANNEL_BANDWIDTH = 20.0 / 2 * GB
 H100_LL128_CHANNEL_BANDWIDTH = 36.7 / 2 * GB
 B200_LL128_CHANNEL_BANDWIDTH = 36.7 * GB
+# What one channel of NCCL's tree sends per second at most to each of its peers, so the most
+# it all-reduces per second, by GPU generation and node count (1, 2, 3: three or more), under
+# Simple. NCCL's perChMaxTreeBws caps a tree's bus bandwidth per search channel, and
+# its algorithm bandwidth is half that (src/graph/tuning.cc); NCCL runs every search channel
+# as two, so a quarter (Ampere and Hopper: NVIDIA/nccl v2.26.2; Blackwell: v2.28.9, whose
+# figures replaced v2.26.2's, Hopper's doubled, and give the tree all-reduce that one B200
+# cluster measured on 2 to 8 nodes, docs/fidelity.md).
+A100_TREE_CHANNEL_BANDWIDTH = {1: 24.0 / 4 * GB, 2: 23.6 / 4 * GB, 3: 17.8 / 4 * GB}
+H100_TREE_CHANNEL_BANDWIDTH = {1: 38.7 / 4 * GB, 2: 41.4 / 4 * GB, 3: 36.0 / 4 * GB}
+B200_TREE_CHANNEL_BANDWIDTH = {1: 70.0 / 4 * GB, 2: 42.8 / 4 * GB, 3: 24.0 / 4 * GB}
 # How many channels NCCL runs its rings and trees on. Its topology search finds rings of a
 # speed from its list for the GPU generation (src/graph/search.cc, NVIDIA/nccl v2.26.2):
 # on one node as many of the fastest as the GPU's NVLinks carry (A100: 6 of 40 GB/s in its
@@ -143,6 +153,9 @@ H200_SXM_HBM = 4800 * GB
 B200_HBM = 8000 * GB
 
 GPUS_PER_DGX = 8
+# NCCL's search finds at most 32 rings (MAXCHANNELS / 2, NVIDIA/nccl v2.26.2 src/init.cc),
+# so 4 ports on each of a node's 8 NICs.
+MAX_NIC_PORTS = 4
 
 
 @dataclass(frozen=True)
@@ -156,6 +169,7 @@ class NodeFigures:
     ll_one_node: float  # NCCL's llMaxBw on one node, bytes/second
     ll_across: Mapping[int, float]  # nodes (3: three or more) -> llMaxBw of the hosts' CPUs
     ll128_channel: float  # half NCCL's perChMaxRingLL128Bw, bytes/second
+    tree_channel: Mapping[int, float]  # nodes (3: three or more) -> perChMaxTreeBw / 4
     nvls: bool  # the NVSwitch reduces and multicasts
     compute_capability: int  # 80: Ampere, 90: Hopper, 100: Blackwell
     one_node_rings: tuple[int, float]  # rings NCCL's search finds on one node, their speed
@@ -164,10 +178,12 @@ class NodeFigures:
         """NCCL's llMaxBw on ``nodes`` nodes."""
         return self.ll_one_node if nodes == 1 else self.ll_across[min(nodes, 3)]
 
-    def channels(self, nodes: int, nics: int) -> int:
+    def channels(self, nodes: int, nics: int, nic_ports: int = 1) -> int:
         """How many channels NCCL runs rings and trees on over ``nodes`` of these nodes
-        with ``nics`` NICs each."""
-        rings, speed = self.one_node_rings if nodes == 1 else (nics, self.nic)
+        with ``nics`` NICs each, of ``nic_ports`` ports that share a NIC's rate: across
+        nodes its search finds a ring per port."""
+        rings, speed = (self.one_node_rings if nodes == 1
+                        else (nics * nic_ports, self.nic / nic_ports))
         return nccl_channels(rings, speed, self.compute_capability)
 
 
@@ -206,31 +222,35 @@ PUBLISHED_BUSBW: Mapping[str, Published] = MappingProxyType({
 
 DGX_A100 = NodeFigures(A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM,
                        HDR_NIC_DATA, PCIE_GEN4_X16_DATA, A100_LL_BANDWIDTH,
-                       AMD_HOSTS_LL_BANDWIDTH, A100_LL128_CHANNEL_BANDWIDTH, nvls=False,
+                       AMD_HOSTS_LL_BANDWIDTH, A100_LL128_CHANNEL_BANDWIDTH,
+                       A100_TREE_CHANNEL_BANDWIDTH, nvls=False,
                        compute_capability=80, one_node_rings=A100_ONE_NODE_RINGS)
 DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
                        NDR_NIC_DATA, PCIE_GEN5_X16_DATA, H100_LL_BANDWIDTH,
-                       INTEL_HOSTS_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH, nvls=True,
+                       INTEL_HOSTS_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH,
+                       H100_TREE_CHANNEL_BANDWIDTH, nvls=True,
                        compute_capability=90, one_node_rings=H100_ONE_NODE_RINGS)
 DGX_H200 = replace(DGX_H100, hbm=H200_SXM_HBM)
 # DGX B200: eight ConnectX-7 cards for the cluster network, up to 400 Gb/s each (NVIDIA DGX
 # B200 User Guide), so NDR's figure as for DGX H100.
 DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        PCIE_GEN5_X16_DATA, B200_LL_BANDWIDTH, INTEL_HOSTS_LL_BANDWIDTH,
-                       B200_LL128_CHANNEL_BANDWIDTH, nvls=True, compute_capability=100,
+                       B200_LL128_CHANNEL_BANDWIDTH, B200_TREE_CHANNEL_BANDWIDTH, nvls=True,
+                       compute_capability=100,
                        one_node_rings=B200_ONE_NODE_RINGS)
 
 
 def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: int,
-                 nics: int) -> Topology:
+                 nics: int, nic_ports: int = 1) -> Topology:
     """``topology`` running rings and trees on ``channels`` (0: NCCL's count for these
-    nodes). More channels than NCCL's share its LL128 ceiling: NCCL's cost model takes it
-    per channel of its search, however many run (src/graph/tuning.cc)."""
+    nodes). More channels than NCCL's share its LL128 and tree ceilings: NCCL's cost model
+    takes them per channel of its search, however many run (src/graph/tuning.cc)."""
     check_channels(channels, "NCCL's count")
-    nccls = node.channels(nodes, nics)
+    nccls = node.channels(nodes, nics, nic_ports)
     count = channels or nccls
     return replace(topology, channels=count,
-                   ll128_channel_bandwidth=node.ll128_channel * nccls / count)
+                   ll128_channel_bandwidth=node.ll128_channel * nccls / count,
+                   tree_channel_bandwidth=node.tree_channel[min(nodes, 3)] * nccls / count)
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -307,36 +327,45 @@ def pcie_a100(gpus: int = 8) -> Topology:
                                   ll128_enabled=False))
 
 
-def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
+def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
+                 nic_ports: int = 1) -> Topology:
     """DGX A100 nodes on one network switch: every GPU's 200 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` for rings and trees (0:
-    NCCL's count, ``nccl_channels``; more: as NCCL_MIN_NCHANNELS would)."""
-    return _cluster("cluster-a100", DGX_A100, nodes, nics, channels)
+    NCCL's count, ``nccl_channels``; more: as NCCL_MIN_NCHANNELS would). ``nic_ports``
+    splits each NIC's rate among that many ports (Oracle's A100 nodes: 16 ports of 100 Gb/s,
+    2), each of which NCCL's search gives a ring; the model keeps one link per NIC, which
+    carries what the ports do together when the channels use them evenly, as NCCL's do."""
+    return _cluster("cluster-a100", DGX_A100, nodes, nics, channels, nic_ports)
 
 
-def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
+def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
+                 nic_ports: int = 1) -> Topology:
     """DGX H100 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` as for
     ``cluster_a100``."""
-    return _cluster("cluster-h100", DGX_H100, nodes, nics, channels)
+    return _cluster("cluster-h100", DGX_H100, nodes, nics, channels, nic_ports)
 
 
-def cluster_h200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
+def cluster_h200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
+                 nic_ports: int = 1) -> Topology:
     """DGX H200 nodes, networked as ``cluster-h100``."""
-    return _cluster("cluster-h200", DGX_H200, nodes, nics, channels)
+    return _cluster("cluster-h200", DGX_H200, nodes, nics, channels, nic_ports)
 
 
-def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
+def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
+                 nic_ports: int = 1) -> Topology:
     """DGX B200 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` as for
     ``cluster_a100``."""
-    return _cluster("cluster-b200", DGX_B200, nodes, nics, channels)
+    return _cluster("cluster-b200", DGX_B200, nodes, nics, channels, nic_ports)
 
 
-def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: int
-             ) -> Topology:
+def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: int,
+             nic_ports: int = 1) -> Topology:
     _positive_int("nodes", nodes)
     _positive_int("nics", nics)
+    if _positive_int("nic_ports", nic_ports) > MAX_NIC_PORTS:
+        raise ValueError(f"nic_ports must be at most {MAX_NIC_PORTS}, got {nic_ports}")
     if GPUS_PER_DGX % nics:
         raise ValueError(f"nics must divide the {GPUS_PER_DGX} GPUs of a node, got {nics}")
     name = f"{preset}:nodes={nodes}"
@@ -348,9 +377,11 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
         topo = _shared_nics(nodes, nics, node.nvlink, node.hbm, node.nic, node.pcie)
     if channels:
         name += f",channels={channels}"
+    if nic_ports != 1:
+        name += f",nic_ports={nic_ports}"
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
                                   ll_bandwidth=node.ll_bandwidth(nodes)))
-    topo = _on_channels(topo, channels, node, nodes, nics)
+    topo = _on_channels(topo, channels, node, nodes, nics, nic_ports)
     return with_nvls(topo) if node.nvls else topo
 
 
@@ -446,8 +477,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
     Preset("pcie-a100", "A100 80GB PCIe cards on one PCIe Gen4 x16 switch, 24 GB/s per GPU "
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
     *(Preset(f"cluster-{gpu}", f"DGX {gpu.upper()} nodes, one {nic} Gb/s NIC per GPU into one "
-             "network switch (nodes=2, nics=8: NICs per node, channels=0: NCCL's)", build,
-             (("nodes", 2), ("nics", GPUS_PER_DGX), ("channels", 0)))
+             "network switch (nodes=2, nics=8: NICs per node, channels=0: NCCL's, "
+             "nic_ports=1: ports sharing a NIC's rate)", build,
+             (("nodes", 2), ("nics", GPUS_PER_DGX), ("channels", 0), ("nic_ports", 1)))
       for gpu, nic, build in (("h100", 400, cluster_h100), ("a100", 200, cluster_a100),
                               ("h200", 400, cluster_h200), ("b200", 400, cluster_b200))),
     Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "

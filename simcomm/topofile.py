@@ -19,6 +19,9 @@ Two forms. The explicit form lists nodes and links::
                                      # channels together (optional; default: no limit)
     ll128_channel_bandwidth = "36.7GB/s"  # what one channel moves per second under LL128
                                      # (optional; default: no limit)
+    tree_channel_bandwidth = "10.35GB/s"  # what one channel of NCCL's tree sends per
+                                     # second to each peer under Simple (optional; default:
+                                     # no limit)
     ll128_enabled = false            # whether NCCL weighs LL128 unless told (default true;
                                      # NCCL: only where a node's GPUs talk over NVLink)
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
@@ -108,7 +111,8 @@ _LAUNCH_KEYS = ("launch_latency", "launch_latency_ll", "launch_latency_ll128")
 _TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
                      "tree_launch_latency_ll128")
 # Keys of what the machine does besides its links, in both forms.
-_RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth")
+_RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
+              "tree_channel_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
                  "reducing_switches", "switch_efficiency", "switch_latency", "channels")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,

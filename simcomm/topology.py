@@ -123,27 +123,31 @@ WIRE_EFFICIENCY = {Protocol.SIMPLE: 1.0, Protocol.LL: 0.5, Protocol.LL128: 120 /
 class Topology:
     """Nodes, links, and which node each rank runs on.
 
-    ``ranks[r]`` is the node of rank r; ``reduce_bandwidth[r]`` its local reduction bandwidth.
-    ``local_size``, if known, is how many consecutive ranks share a machine (a DGX's 8 GPUs):
-    algorithms see it as ``Comm.local_size``. ``launch_latency`` is what starting one
-    collective costs under each protocol (the ``Launch`` op; NCCL's base latency).
-    ``ll_bandwidth`` is the most one GPU sends per second under LL, over all its links and
-    channels together: the LL protocol's polling on 8-byte flags, not the wire, is its
-    limit (NCCL's ``llMaxBw``); infinite means none. ``ll128_channel_bandwidth`` is the most
-    one channel moves per second under LL128 (NCCL's ``perChMaxRingLL128Bw``; infinite:
-    none). ``ll128_enabled`` says whether NCCL runs LL128 here unless told to: it enables
-    it by default only where the GPUs of a node talk over NVLink (and a NIC is at most a
-    PCIe switch away), so a tuner leaves it out elsewhere; a forced LL128 still runs, as
-    with ``NCCL_PROTO=LL128``. ``injection_bandwidth`` is what one
-    GPU's kernels move per second over all their channels together, each channel of a
-    collective an even share (infinite: no limit). ``reducing_switches`` are the switch
-    nodes that reduce and multicast in the switch (NVLink SHARP, NVLS: ``Multicast`` and
-    ``RecvReduce``), whose traffic of that kind moves at ``switch_efficiency`` of its links'
-    bandwidth; each such op's data wait ``switch_latency`` seconds in the switch besides
-    their links' latencies. ``compute_speed[r]`` is how fast rank r computes against the
-    nominal speed a ``Compute`` op's seconds are given at (0.8: a GPU 20% slow takes 1.25x
-    as long); empty means every rank at 1. ``channels`` is how many channels NCCL runs its
-    rings and trees on here, the count a tuner gives them (None: one per rank of a node).
+    ``ranks[r]`` is the node of rank r; ``reduce_bandwidth[r]`` its local reduction
+    bandwidth. ``local_size``, if known, is how many consecutive ranks share a machine (a
+    DGX's 8 GPUs): algorithms see it as ``Comm.local_size``. ``launch_latency`` is what
+    starting one collective costs under each protocol (the ``Launch`` op; NCCL's base
+    latency). ``ll_bandwidth`` is the most one GPU sends per second under LL, over all its
+    links and channels together: the LL protocol's polling on 8-byte flags, not the wire, is
+    its limit (NCCL's ``llMaxBw``); infinite means none. ``ll128_channel_bandwidth`` is the
+    most one channel moves per second under LL128 (NCCL's ``perChMaxRingLL128Bw``; infinite:
+    none). ``tree_channel_bandwidth`` is the most one channel of NCCL's tree sends per
+    second to each of its peers (its parent, each child) under Simple, so the most it
+    all-reduces per second (NCCL's ``perChMaxTreeBw``, which in NCCL's model binds only
+    there: LL's and LL128's own ceilings are lower; infinite: none). ``ll128_enabled`` says
+    whether NCCL runs LL128 here unless told to: it enables it by default only where the
+    GPUs of a node talk over NVLink (and a NIC is at most a PCIe switch away), so a tuner
+    leaves it out elsewhere; a forced LL128 still runs, as with ``NCCL_PROTO=LL128``.
+    ``injection_bandwidth`` is what one GPU's kernels move per second over all their
+    channels together, each channel of a collective an even share (infinite: no limit).
+    ``reducing_switches`` are the switch nodes that reduce and multicast in the switch
+    (NVLink SHARP, NVLS: ``Multicast`` and ``RecvReduce``), whose traffic of that kind moves
+    at ``switch_efficiency`` of its links' bandwidth; each such op's data wait
+    ``switch_latency`` seconds in the switch besides their links' latencies.
+    ``compute_speed[r]`` is how fast rank r computes against the nominal speed a ``Compute``
+    op's seconds are given at (0.8: a GPU 20% slow takes 1.25x as long); empty means every
+    rank at 1. ``channels`` is how many channels NCCL runs its rings and trees on here, the
+    count a tuner gives them (None: one per rank of a node).
     """
 
     name: str
@@ -156,6 +160,7 @@ class Topology:
     ll_bandwidth: float = math.inf
     injection_bandwidth: float = math.inf
     ll128_channel_bandwidth: float = math.inf
+    tree_channel_bandwidth: float = math.inf
     ll128_enabled: bool = True
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
@@ -205,7 +210,7 @@ class Topology:
         if not (isinstance(self.ll_bandwidth, (int, float)) and self.ll_bandwidth > 0):
             raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
                              f"(inf: no limit), got {self.ll_bandwidth!r}")
-        for key in ("injection_bandwidth", "ll128_channel_bandwidth"):
+        for key in ("injection_bandwidth", "ll128_channel_bandwidth", "tree_channel_bandwidth"):
             rate = getattr(self, key)
             if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0):
                 raise ValueError(f"topology {self.name!r}: {key} must be > 0 bytes/second "

@@ -14,7 +14,9 @@ model would make:
   deepest leaf's way to the root and back, and its busiest link again bounds it.
 * What a GPU's kernels move (``Topology.injection_bandwidth``, and under LL
   ``Topology.ll_bandwidth``) bounds it as a link does, and each channel's share of it
-  (under LL128 at most ``Topology.ll128_channel_bandwidth``) bounds that channel's steps.
+  (under LL128 at most ``Topology.ll128_channel_bandwidth``) bounds that channel's steps;
+  under Simple a tree's channel sends to each peer at most
+  ``Topology.tree_channel_bandwidth``.
 * NVLS, on one node whose switch reduces (``Topology.reducing_switches``), moves the buffer
   and one slice of it each way over every GPU's link, at the switch's share of its
   bandwidth, in two in-switch steps; NVLS-tree, across such nodes, also sends each GPU's
@@ -334,9 +336,13 @@ class ModelTuner:
             group = np.arange(len(src)) // (len(src) // len(ways))
             on_pipe = float(np.bincount(src * len(ways) + group).max()) / (
                 self.topology.channel_rate(protocol, channels))
+            # A tree's channel sends its part to each peer once, under Simple at most at
+            # the tree's ceiling.
+            on_peer = (1 / self.topology.tree_channel_bandwidth
+                       if kind == "tree" and protocol is Protocol.SIMPLE else 0.0)
             self._shapes[key] = _Shape(np.array([latency[way].sum() for way in ways]),
                                        np.array([per_byte[way].sum() for way in ways]),
-                                       max(on_link, on_pipe))
+                                       max(on_link, on_pipe, on_peer))
         return self._shapes[key]
 
     @staticmethod
@@ -382,5 +388,7 @@ class ModelTuner:
             bandwidth_of[i] = links[i].bandwidth
         rate = WIRE_EFFICIENCY[protocol] * bandwidth_of[routes].min(axis=1, initial=np.inf)
         rate = np.minimum(rate, self.topology.channel_rate(protocol, channels))
+        if algorithm == "tree" and protocol is Protocol.SIMPLE:
+            rate = np.minimum(rate, self.topology.tree_channel_bandwidth)
         return latency_of[routes].sum(axis=1), 1.0 / rate
 

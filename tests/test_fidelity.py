@@ -43,7 +43,7 @@ def test_every_published_table_reads_with_its_source(path) -> None:
     ("h100-2nodes-nvlstree-nccltests294",
      ("cluster-h100:nodes=2", "nccl_allreduce", {"algorithm": "nvls_tree"})),
     ("h200-2nodes-default-ocisuperant", ("cluster-h200:nodes=2", "nccl_allreduce", {})),
-    ("a100-2nodes-default-ocioke", ("cluster-a100:nodes=2", "nccl_allreduce", {})),
+    ("a100-2nodes-default-ocioke", ("cluster-a100:nodes=2,nic_ports=2", "nccl_allreduce", {})),
     ("h100-8nodes-default-tuned-nccltests309gj",  # NCCL_MIN_CTAS=24 over NCCL's 16
      ("cluster-h100:nodes=8,channels=24", "nccl_allreduce", {})),
     ("h100-1node-ring-allreduce-togethernccl",  # NCCL_ALGO=RING

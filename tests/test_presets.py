@@ -92,6 +92,35 @@ def test_cluster_a100_figures():
     assert set(two.reduce_bandwidth) == {2039 * GB}
 
 
+def test_nccls_tree_ceilings_by_generation_and_node_count():
+    # A quarter of NCCL's perChMaxTreeBws per channel (each search channel runs as two, a
+    # tree's algorithm bandwidth is half its bus bandwidth): v2.26.2's for Ampere and
+    # Hopper, v2.28.9's for Blackwell.
+    for spec, per_search_channel in (("dgx-a100", 24.0), ("cluster-a100:nodes=2", 23.6),
+                                     ("cluster-a100:nodes=4", 17.8), ("dgx-h100", 38.7),
+                                     ("cluster-h100:nodes=2", 41.4),
+                                     ("cluster-h100:nodes=16", 36.0), ("dgx-b200", 70.0),
+                                     ("cluster-b200:nodes=2", 42.8),
+                                     ("cluster-b200:nodes=8", 24.0)):
+        assert make_preset(spec).tree_channel_bandwidth == pytest.approx(
+            per_search_channel / 4 * GB), spec
+    # More channels than NCCL's share its ceilings, which it takes per search channel.
+    more = make_preset("cluster-h100:nodes=2,channels=32")
+    assert more.tree_channel_bandwidth == pytest.approx(41.4 / 8 * GB)
+
+
+def test_nic_ports_give_a_search_channel_each_and_keep_the_nics_rate():
+    # Oracle's A100 nodes: 8 cards of two 100 Gb/s ports. NCCL's search finds a ring per
+    # port at 12 GB/s, too slow to double: 16 search channels, 32 run.
+    one, two = make_preset("cluster-a100:nodes=2"), make_preset("cluster-a100:nic_ports=2")
+    assert two.name == "cluster-a100:nodes=2,nic_ports=2"
+    assert (one.channels, two.channels) == (16, 32)
+    assert two.links == one.links  # one link per NIC carries what its ports do together
+    # Twice the search channels, twice NCCL's ceilings in all.
+    assert two.channels * two.ll128_channel_bandwidth == pytest.approx(16 * 20.0 * GB)
+    assert two.channels * two.tree_channel_bandwidth == pytest.approx(16 * 23.6 / 2 * GB)
+
+
 def test_h200_and_b200_figures():
     h100, h200, b200 = (make_preset(f"dgx-{gpu}") for gpu in ("h100", "h200", "b200"))
     # H200: H100's links and rates, more memory bandwidth.
@@ -149,7 +178,10 @@ def test_fattree_uplinks_follow_the_oversubscription():
     ("dgx-b300", "unknown preset 'dgx-b300'"),
     ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus, channels)"),
     ("dgx-h100:gpus=9", "gpus must be at most 8, got 9"),
-    ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes, nics, channels)"),
+    ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes, nics, channels, "
+                            "nic_ports)"),
+    ("cluster-a100:nic_ports=0", "nic_ports must be an int >= 1"),
+    ("cluster-a100:nic_ports=5", "nic_ports must be at most 4, got 5"),
     ("cluster-h100:nics=3", "nics must divide the 8 GPUs of a node, got 3"),
     ("cluster-a100:nics=0", "nics must be an int >= 1"),
     ("cluster-a100:nics=16", "nics must divide the 8 GPUs of a node, got 16"),

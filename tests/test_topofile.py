@@ -531,3 +531,14 @@ def test_a_local_size_that_does_not_divide_the_ranks_is_refused() -> None:
         parse_topology('gpus = 3\nlocal_size = 2\ndefaults = { bandwidth = "1GB/s", '
                        'latency = "1us" }\nlink = [{ src = "gpu0", dst = "gpu1" }, '
                        '{ src = "gpu1", dst = "gpu2" }]')
+
+
+def test_a_trees_channel_ceiling_reads_round_trips_and_is_checked() -> None:
+    text = ('gpus = 4\ntree_channel_bandwidth = "10.35GB/s"\n'
+            'defaults = { bandwidth = "48GB/s", latency = "14us" }\nswitches = ["sw"]\n'
+            'link = [{ src = ["gpu0", "gpu1", "gpu2", "gpu3"], dst = "sw" }]')
+    topology = parse_topology(text)
+    assert topology.tree_channel_bandwidth == 10.35e9
+    assert parse_topology(dump_topology(topology)) == topology
+    with pytest.raises(TopologyFileError, match="tree_channel_bandwidth"):
+        parse_topology(text.replace('"10.35GB/s"', '"0GB/s"'))

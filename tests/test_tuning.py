@@ -244,3 +244,20 @@ def test_a_forced_algorithm_runs_under_the_tuners_best_protocol_for_it() -> None
     plain = simulate(nccl_allreduce, inputs, topology, record=False, algorithm="tree",
                      tuner=lambda collective, nbytes: Choice("ring", Protocol.LL, 8))
     assert plain.launches[0].describe() == "tree/LL/8"
+
+
+def test_a_forced_tree_across_b200_nodes_keeps_nccls_ceiling_per_channel() -> None:
+    # One B200 cluster (NCCL 2.28.9) measured 338.5, 192.3 and 194.5 GB/s busbw at 32 GiB on
+    # 2, 4 and 8 nodes with NCCL_ALGO=Tree (docs/fidelity.md): about what NCCL's own model
+    # gives, 0.5 x min(0.92 x 8 x 48, 8 x 42.8) = 171.2 GB/s algorithm bandwidth on two
+    # nodes and 0.5 x 8 x 24.0 = 96 from four, bound by its channels, not its NICs.
+    nbytes = 32 << 30
+    for nodes, algbw in ((2, 171.2e9), (4, 96e9), (8, 96e9)):
+        topology = make_preset(f"cluster-b200:nodes={nodes}")
+        inputs = [SizeOnly(nbytes // 4, np.float32)] * topology.size
+        tree = simulate(nccl_allreduce, inputs, topology, level="collective",
+                        algorithm="tree", protocol="simple")
+        assert nbytes / tree.time == pytest.approx(algbw, rel=0.02), nodes
+    # NCCL's default on two nodes is NVLS-tree, which the tree no longer ties.
+    assert ModelTuner(make_preset("cluster-b200:nodes=2"))("allreduce", nbytes).algorithm == (
+        "nvls_tree")

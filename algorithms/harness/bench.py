@@ -183,15 +183,17 @@ class BenchConfig:
     def check_world(self, world_size: int) -> None:
         """Raise ``ValueError`` if a root (``--root`` or ``--param root=``) is not a rank, or
         if a built-in algorithm refuses the ``--param`` values (``protocol=ll256``), before
-        any rank runs: rank 0's schedule is started on a zero buffer of the smallest size,
-        with no tuner, up to its first op."""
+        any rank runs: rank 0's schedule is started on a zero buffer of the smallest size
+        (a view of one element, so that no size needs its memory), with no tuner, up to its
+        first op."""
         for flag, root in (("--root", self.root), ("--param root", dict(self.params).get("root"))):
             if root is not None and not 0 <= root < world_size:
                 raise ValueError(f"{flag} {root} is not a rank of a world of {world_size} "
                                  f"(0 to {world_size - 1})")
         if self.params and not is_user_algorithm(self.collective.name):
             count = buffer_count(self.collective, world_size, self.sizes[0], self.dtype.itemsize)
-            schedule = self.collective.function(Comm(0, world_size), np.zeros(count, self.dtype),
+            zeros = np.broadcast_to(np.zeros(1, self.dtype), (count,))
+            schedule = self.collective.function(Comm(0, world_size), zeros,
                                                 **self.algorithm_kwargs())
             try:
                 next(schedule)  # an algorithm checks its arguments before its first op
