@@ -193,6 +193,17 @@ def test_root_checked_against_world_size() -> None:
         config.check_world(2)
 
 
+def test_the_argument_check_needs_no_memory_for_the_smallest_size() -> None:
+    # A forced algorithm at 64 GiB (16 Gi float32 each rank): the check starts rank 0's
+    # schedule on a view of one element, where it once allocated the whole buffer.
+    config = config_from_args(parse("--algorithm", "nccl_allreduce", "--param",
+                                    "algorithm=tree", "--sizes", "64GiB"))
+    config.check_world(16)
+    with pytest.raises(ValueError, match="unknown protocol 'll256'"):
+        config_from_args(parse("--algorithm", "nccl_allreduce", "--param", "protocol=ll256",
+                               "--sizes", "64GiB")).check_world(16)
+
+
 # -- rows -------------------------------------------------------------------------------
 
 @given(name=st.sampled_from(sorted(COLLECTIVES)), p=st.integers(1, 64),
