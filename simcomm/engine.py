@@ -974,9 +974,14 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                             "generator: an algorithm is a generator function that yields ops")
         gens.append(gen)
     with _collector_paused():
-        for rank, gen in enumerate(gens):
-            sim.start_main(rank, gen)
-        sim.env.run(until=None if max_time is None else _ticks(max_time))
+        try:
+            for rank, gen in enumerate(gens):
+                sim.start_main(rank, gen)
+            sim.env.run(until=None if max_time is None else _ticks(max_time))
+        except OverflowError:  # a cost of inf seconds met the clock's integer ticks
+            raise ValueError(
+                f"a cost in this run on {topology.name!r} came to infinity: a bandwidth or "
+                "speed too small, or a latency or delay too large, for floating point")
     limit = math.inf if max_time is None else max_time
     sim.check_finished(limit)
     wires = len(topology.links)  # the channels' pipes come after them

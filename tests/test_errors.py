@@ -290,6 +290,14 @@ def test_a_link_needs_a_finite_non_negative_latency(latency) -> None:
         Link("a", "b", 1e9, latency)
 
 
+@pytest.mark.parametrize("bandwidth, latency", [(1e-300, 1e-6), (1e9, 1e300)])
+def test_a_cost_that_comes_to_infinity_is_named_not_an_overflow(bandwidth, latency) -> None:
+    # Each figure is valid alone; a message's time in the clock's ticks is not.
+    with pytest.raises(ValueError, match="came to infinity: a bandwidth or speed too small"):
+        simulate(ring_allreduce, [SizeOnly(1 << 18, np.float32)] * 4,
+                 switch(4, bandwidth, latency))
+
+
 def test_a_link_may_not_loop() -> None:
     with pytest.raises(ValueError, match="connects a node to itself"):
         Link("a", "a", 1e9, 0.0)
