@@ -40,6 +40,11 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
                          f"{', '.join(algorithms)} or auto")
     forced = None if protocol == AUTO else as_protocol(protocol)
     check_channels(channels, "the tuner's")
+    if algorithm == "hierarchical":  # its own three phases, one ring each on one channel
+        if channels:
+            raise ValueError(f"{collective}: hierarchical runs each phase on one channel; "
+                             "channels applies to ring and tree")
+        channels = 1
     picked = (comm.tuner(collective, nbytes) if comm.tuner is not None
               else Choice("ring", Protocol.SIMPLE, 0))
     best_for = getattr(comm.tuner, "best_for", None)

@@ -592,11 +592,11 @@ def _tuned_cost(machine: Machine, collective: str, count: int, itemsize: int,
     return _estimated(machine, collective, choice, count, itemsize)
 
 
-def _estimated(machine: Machine, collective: str, choice: Choice, count: int, itemsize: int
-               ) -> CollectiveCost:
-    """``choice`` timed by the model's estimate (``simcomm.tuning.ModelTuner.estimate``):
-    not exact (``benchmarks/level_error.py`` measures it against the message level), and no
-    link traffic."""
+def _estimated(machine: Machine, collective: str, choice: Choice, count: int, itemsize: int,
+               chunk_bytes: int = 0) -> CollectiveCost:
+    """``choice`` timed by the model's estimate (``simcomm.tuning.ModelTuner.estimate``; a
+    tree in chunks of ``chunk_bytes``, 0: NCCL's): not exact (``benchmarks/level_error.py``
+    measures it against the message level), and no link traffic."""
     topology, estimator = machine.topology, machine.estimator
     comm = Comm(0, topology.size, topology.local_size)
     check_channels(choice.channels, "one per rank of a node")
@@ -608,8 +608,8 @@ def _estimated(machine: Machine, collective: str, choice: Choice, count: int, it
     if choice.algorithm == "nvls_tree" and not topology.reducing_switches:
         raise ValueError("nvls_tree at the collective level needs switches that reduce "
                          "(Topology.reducing_switches): run it at the message level")
-    seconds = estimator.estimate(collective, choice, count * itemsize)
-    messages = _tuned_messages(collective, choice, count, itemsize, comm)
+    seconds = estimator.estimate(collective, choice, count * itemsize, chunk_bytes)
+    messages = _tuned_messages(collective, choice, count, itemsize, comm, chunk_bytes)
     return CollectiveCost(np.full(topology.size, seconds), messages, None, None, None, False,
                           choice)
 
@@ -619,11 +619,14 @@ def _forced(collective: str, algorithm: str) -> Callable[..., CollectiveCost]:
     co.): its algorithm, protocol and channels as given, timed by ``_estimated``."""
     def cost(machine: Machine, count: int, itemsize: int, *, channels: int,
              protocol: Protocol | str = Protocol.SIMPLE, chunk_bytes: int = 0) -> CollectiveCost:
-        if chunk_bytes:
-            raise ValueError("the collective level times NCCL's own chunk size: leave "
-                             "chunk_bytes out, or run at the message level")
+        if chunk_bytes and algorithm != "tree":
+            raise ValueError(f"the collective level times {algorithm} in NCCL's own chunks: "
+                             "leave chunk_bytes out, or run at the message level")
+        if type(chunk_bytes) is not int or chunk_bytes < 0:  # as the algorithm says it
+            raise ValueError(f"chunk_bytes must be an int >= 0 (0: NCCL's), got "
+                             f"{chunk_bytes!r}")
         choice = Choice(algorithm, as_protocol(protocol), channels)
-        return _estimated(machine, collective, choice, count, itemsize)
+        return _estimated(machine, collective, choice, count, itemsize, chunk_bytes)
     return cost
 
 
@@ -696,8 +699,8 @@ def _nccl_all_gather_cost(machine: Machine, count: int, itemsize: int, protocol:
     return _tuned_cost(machine, "allgather", count, itemsize, AUTO, protocol, channels)
 
 
-def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, comm: Comm
-                    ) -> int:
+def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, comm: Comm,
+                    chunk_bytes: int = 0) -> int:
     """The messages the message level sends for ``choice``, as the algorithms cut the
     buffer: per channel, a ring's p hops per step in slices, a tree's p - 1 edges up and
     down per chunk, NVLS's p (p - 1) sends into and out of the switch per chunk; the
@@ -727,8 +730,9 @@ def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, 
         return sum(2 * p * (p - 1) * min(pipeline_chunks(part * itemsize / p, chunk),
                                          part // p or 1) for part in parts)
     if choice.algorithm == "tree":
-        chunk = tree_chunk_bytes(choice.protocol, count * itemsize, choice.channels,
-                                 p // comm.ranks_per_node, comm.ranks_per_node)
+        chunk = chunk_bytes or tree_chunk_bytes(choice.protocol, count * itemsize,
+                                                choice.channels, p // comm.ranks_per_node,
+                                                comm.ranks_per_node)
         return sum(2 * (p - 1) * max(1, math.ceil(part * itemsize / chunk)) for part in parts)
     if collective == "allreduce":
         return sum(2 * p * (p - 1) * ring_slices(_parts(part, p)[0] * itemsize)

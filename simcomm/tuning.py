@@ -181,8 +181,10 @@ class ModelTuner:
         return (bool(self.topology.reducing_switches) and self.topology.size > 1
                 and self._one_node())
 
-    def estimate(self, collective: str, choice: Choice, nbytes: int) -> float:
-        """Estimated seconds of ``collective`` of ``nbytes`` per rank run as ``choice``."""
+    def estimate(self, collective: str, choice: Choice, nbytes: int, chunk_bytes: int = 0
+                 ) -> float:
+        """Estimated seconds of ``collective`` of ``nbytes`` per rank run as ``choice``; a
+        tree in chunks of about ``chunk_bytes`` (0: NCCL's, ``tree_chunk_bytes``)."""
         p, protocol = self.topology.size, choice.protocol
         launch = self.topology.launch_latency.of(protocol, choice.algorithm)
         if p == 1:
@@ -195,19 +197,22 @@ class ModelTuner:
         if choice.algorithm == "hierarchical" and collective == "allreduce":
             return launch + self._hierarchical(comm, nbytes, protocol)
         if choice.algorithm == "tree" and collective == "allreduce":
-            return launch + self._trees(comm, choice.channels, nbytes, protocol)
+            return launch + self._trees(comm, choice.channels, nbytes, protocol, chunk_bytes)
         if choice.algorithm == "nvls" and collective == "allreduce":
             return launch + self._nvls(choice.channels, nbytes)
         if choice.algorithm == "nvls_tree" and collective == "allreduce":
             return launch + self._nvls_tree(choice.channels, nbytes)
         raise ValueError(f"no estimate for {collective} by algorithm {choice.algorithm!r}")
 
-    def _trees(self, comm: Comm, channels: int, nbytes: int, protocol: Protocol) -> float:
+    def _trees(self, comm: Comm, channels: int, nbytes: int, protocol: Protocol,
+               chunk_bytes: int = 0) -> float:
         """Seconds for ``channels`` trees to reduce and broadcast their parts of
-        ``nbytes``, pipelined in NCCL's chunks (``tree_chunk_bytes``), all at once."""
+        ``nbytes``, pipelined in chunks of ``chunk_bytes`` (0: NCCL's, ``tree_chunk_bytes``),
+        all at once."""
         part = nbytes / channels
-        chunk = tree_chunk_bytes(protocol, int(nbytes), channels,
-                                 comm.size // comm.ranks_per_node, comm.ranks_per_node)
+        chunk = chunk_bytes or tree_chunk_bytes(protocol, int(nbytes), channels,
+                                                comm.size // comm.ranks_per_node,
+                                                comm.ranks_per_node)
         chunks = max(1, math.ceil(part / chunk))
         shape = self._shape("tree", comm, channels, protocol)
         # A chunk's way from the deepest rank to the root and back: the first chunk pays

@@ -389,3 +389,21 @@ def test_each_rank_sends_the_bytes_the_message_level_sends(algorithm, params) ->
         sent[event.rank] += event.nbytes
     assert collective_cost(algorithm, 1001, 4, topology, **params).sent_bytes.tolist() == (
         sent.tolist())
+
+
+def test_a_trees_own_chunk_size_is_costed_at_the_collective_level() -> None:
+    # chunk_bytes as the user gives it: the same messages as the message level, and auto
+    # takes the collective level where tiny chunks would send millions of them.
+    from algorithms import nccl_tree_allreduce, nvls_tree_allreduce
+    topology = make_preset("cluster-h100:nodes=2")
+    for count in (1000, 2**20):
+        message, collective = _both_levels(nccl_tree_allreduce, topology, count, np.float32,
+                                           chunk_bytes=65536)
+        assert collective.messages == message.messages
+        assert collective.time == pytest.approx(message.time, rel=0.45)
+    tiny = simulate(nccl_tree_allreduce, [SizeOnly(2**18, np.float32)] * 16, topology,
+                    level="auto", chunk_bytes=1)
+    assert tiny.level == "collective" and tiny.messages > AUTO_MESSAGE_LIMIT
+    with pytest.raises(ValueError, match="nvls_tree in NCCL's own chunks"):
+        simulate(nvls_tree_allreduce, [SizeOnly(2**18, np.float32)] * 16, topology,
+                 level="collective", chunk_bytes=65536)

@@ -104,6 +104,11 @@ def test_forcing_a_choice_overrides_the_tuner_and_unknown_names_are_refused() ->
     forced = simulate(nccl_allreduce, inputs, topology, algorithm="hierarchical",
                       protocol="LL128")
     assert forced.launches[0].describe() == "hierarchical/LL128/1"
+    costed = simulate(nccl_allreduce, inputs, topology, algorithm="hierarchical",
+                      protocol="LL128", level="collective")
+    assert costed.launches[0].describe() == "hierarchical/LL128/1"  # as it runs
+    with pytest.raises(ValueError, match="hierarchical runs each phase on one channel"):
+        simulate(nccl_allreduce, inputs, topology, algorithm="hierarchical", channels=4)
     with pytest.raises(ValueError, match="unknown algorithm 'collnet'; known: ring, tree, "
                                          "hierarchical, nvls, nvls_tree or auto"):
         simulate(nccl_allreduce, inputs, topology, algorithm="collnet")
