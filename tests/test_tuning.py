@@ -218,12 +218,31 @@ def test_simcomm_tune_writes_a_file_that_reads_back_as_the_same_choices(
     ("allreduce,0,10,ring,simple,0,-1,-1", "channels must be -1 or >= 1, got 0"),
     ("allreduce,0,10,ring,simple,65,-1,-1",
      "channels must be -1 or 1 to 64 (NCCL runs at most 64), got 65"),
+    ("allreduce,0,10,ring,simple,-1,4,2", "nRanks 2 is below nNodes 4"),
+    ("allreduce,0,10,ring,simple,-1,-1,-1,x", "numPipeOps must be -1 or >= 1, got 'x'"),
+    ("allreduce,0,10,ring,simple,-1,-1,-1,0", "numPipeOps must be -1 or >= 1, got '0'"),
+    ("allreduce,0,10,ring,simple,-1,-1,-1,4,2", "regBuff must be -1, 0 or 1, got '2'"),
 ])
 def test_bad_tuner_files_are_refused_naming_the_line(tmp_path, line, message) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(f"# a comment\n\nallreduce,0,5,ring,ll,-1,-1,-1\n{line}\n")
     with pytest.raises(TunerFileError, match=re.escape(f"bad.csv, line 4: {message}")):
         read_tuner_file(path)
+
+
+def test_rows_a_collective_cannot_run_here_decide_nothing(tmp_path) -> None:
+    # NCCL's example plugin costs only combinations NCCL runs; so here a reduce-scatter by
+    # tree, NVLS under LL and a broadcast (no NCCL-class broadcast here) pass to the next row.
+    path = tmp_path / "tuner.csv"
+    path.write_text("reducescatter,0,100,tree,simple,-1,-1,-1\n"
+                    "reducescatter,0,100,ring,ll,4,-1,-1\n"
+                    "allreduce,0,100,nvls,ll,-1,-1,-1,-1,0\n"
+                    "allreduce,0,100,nvls,simple,16,-1,-1\n"
+                    "broadcast,0,100,tree,simple,-1,1,-1\n")
+    tuner = TableTuner(read_tuner_file(path), 1, 8)
+    assert tuner("reducescatter", 64) == Choice("ring", Protocol.LL, 4)
+    assert tuner("allreduce", 64) == Choice("nvls", Protocol.SIMPLE, 16)
+    assert tuner("broadcast", 64) == tuner.default
 
 
 def test_tune_refuses_a_builder_and_an_unknown_collective(capsys) -> None:

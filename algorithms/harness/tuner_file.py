@@ -8,8 +8,10 @@ them (``NCCL_TUNER_PLUGIN`` with ``NCCL_TUNER_CONFIG_FILE``), and ``TableTuner``
 back as a ``Comm.tuner`` for either transport. Sizes are what NCCL passes its tuner and
 nccl-tests prints as ``size``: the bytes of one rank's buffer (all-gather: of the whole
 output). ``-1`` matches any channel count, node count or rank count. Lines starting with
-``#`` and blank lines are comments; NCCL's optional ninth and tenth fields (numPipeOps,
-regBuff) are accepted and ignored.
+``#`` and blank lines are comments; NCCL's optional ninth and tenth fields (numPipeOps:
+-1 or a count; regBuff: -1, 0 or 1) are checked and ignored. As NCCL's example plugin gives
+a cost only to combinations NCCL can run, a row whose collective here cannot run its
+algorithm and protocol (a reduce-scatter by tree, NVLS under LL) decides nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from algorithms.nccl import as_protocol
 from algorithms.ops import MAX_CHANNELS, Choice, Protocol
+from algorithms.tuned import ALLREDUCE_ALGORITHMS, IN_SWITCH
 
 COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
            "nNodes", "nRanks")
@@ -49,7 +52,18 @@ class TunerRow:
     def matches(self, collective: str, nbytes: int, nodes: int, ranks: int) -> bool:
         """Whether this row decides such a call."""
         return (collective == self.collective and self.min_bytes <= nbytes <= self.max_bytes
-                and self.nodes in (-1, nodes) and self.ranks in (-1, ranks))
+                and self.nodes in (-1, nodes) and self.ranks in (-1, ranks)
+                and self.runs_here())
+
+    def runs_here(self) -> bool:
+        """Whether this project's collective runs the row's algorithm and protocol: the
+        all-reduce every algorithm (the in-switch ones under Simple only, as NCCL), the
+        reduce-scatter and the all-gather rings only; NCCL's broadcast and reduce none."""
+        algorithm, protocol = self.choice.algorithm, self.choice.protocol
+        if self.collective == "allreduce":
+            return algorithm in ALLREDUCE_ALGORITHMS and (
+                algorithm not in IN_SWITCH or protocol is Protocol.SIMPLE)
+        return self.collective in ("reducescatter", "allgather") and algorithm == "ring"
 
     def csv(self) -> str:
         """The row as a line of the file (channels -1 when the choice keeps the default)."""
@@ -103,6 +117,11 @@ def _parse_row(line: str) -> TunerRow:
         raise ValueError(f"expected 8 to 10 comma-separated fields ({','.join(COLUMNS)}), "
                          f"got {len(fields)}")
     collective, low, high, algorithm, protocol, channels, nodes, ranks = fields[:8]
+    for name, text, allowed in zip(("numPipeOps", "regBuff"), fields[8:],
+                                   ("-1 or >= 1", "-1, 0 or 1")):
+        if not (text.lstrip("-").isdigit() and (int(text) in (-1, 0, 1) if name == "regBuff"
+                                                 else int(text) == -1 or int(text) >= 1)):
+            raise ValueError(f"{name} must be {allowed}, got {text!r}")
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective_type {collective!r}; known: "
                          f"{', '.join(COLLECTIVES)}")
@@ -123,6 +142,8 @@ def _parse_row(line: str) -> TunerRow:
                              f"got {text}")
     if numbers["min_bytes"] > numbers["max_bytes"]:
         raise ValueError(f"min_bytes {low} is above max_bytes {high}")
+    if -1 < numbers["nRanks"] < numbers["nNodes"]:
+        raise ValueError(f"nRanks {ranks} is below nNodes {nodes}: every node has a rank")
     if numbers["channels"] > MAX_CHANNELS:
         raise ValueError(f"channels must be -1 or 1 to {MAX_CHANNELS} (NCCL runs at most "
                          f"{MAX_CHANNELS}), got {channels}")
