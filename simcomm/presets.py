@@ -106,18 +106,20 @@ INTEL_HOSTS_LL_BANDWIDTH = {2: 39.0 * GB, 3: 20.4 * GB}  # nodes (3: three or mo
 # DGX A100 hosts have AMD EPYC CPUs (NVIDIA DGX A100 User Guide), as Oracle's A100 nodes do.
 AMD_HOSTS_LL_BANDWIDTH = {2: 22.5 * GB, 3: 19.0 * GB}
 # What one channel moves per second under LL128 at most, by GPU generation, on any number of
-# nodes: NCCL's perChMaxRingLL128Bws (same file and version) is per channel of its topology
-# search, and NCCL runs every search channel as two (below), so each gets half of it.
+# nodes: NCCL's perChMaxRingLL128Bws (same file and version; Blackwell's from v2.30.7, below)
+# is per channel of its topology search, and NCCL runs every search channel as two (below),
+# so each gets half of it.
 A100_LL128_CHANNEL_BANDWIDTH = 20.0 / 2 * GB
 H100_LL128_CHANNEL_BANDWIDTH = 36.7 / 2 * GB
-B200_LL128_CHANNEL_BANDWIDTH = 36.7 * GB
+B200_LL128_CHANNEL_BANDWIDTH = 40.0 / 2 * GB
 # What one channel of NCCL's tree sends per second at most to each of its peers, so the most
 # it all-reduces per second, by GPU generation and node count (1, 2, 3: three or more), under
 # Simple. NCCL's perChMaxTreeBws caps a tree's bus bandwidth per search channel, and
 # its algorithm bandwidth is half that (src/graph/tuning.cc); NCCL runs every search channel
-# as two, so a quarter (Ampere and Hopper: NVIDIA/nccl v2.26.2; Blackwell: v2.28.9, whose
-# figures replaced v2.26.2's, Hopper's doubled, and give the tree all-reduce that one B200
-# cluster measured on 2 to 8 nodes, docs/fidelity.md).
+# as two, so a quarter. Ampere's and Hopper's figures are v2.26.2's (unchanged in v2.30.7);
+# Blackwell's are v2.30.7's (since v2.28.9), which replaced v2.26.2's Hopper figures doubled
+# (so did its LL128 ceiling above, 40 GB/s for 2 x 36.7) and give the tree all-reduce that
+# one B200 cluster measured on 2 to 8 nodes with v2.28.9 (docs/fidelity.md).
 A100_TREE_CHANNEL_BANDWIDTH = {1: 24.0 / 4 * GB, 2: 23.6 / 4 * GB, 3: 17.8 / 4 * GB}
 H100_TREE_CHANNEL_BANDWIDTH = {1: 38.7 / 4 * GB, 2: 41.4 / 4 * GB, 3: 36.0 / 4 * GB}
 B200_TREE_CHANNEL_BANDWIDTH = {1: 70.0 / 4 * GB, 2: 42.8 / 4 * GB, 3: 24.0 / 4 * GB}

@@ -126,9 +126,9 @@ def test_h200_and_b200_figures():
     # H200: H100's links and rates, more memory bandwidth.
     assert h200.links == h100.links and set(h200.reduce_bandwidth) == {4800 * GB}
     assert h200.reducing_switches == h100.reducing_switches
-    # B200: 18 NVLinks of 40 GB/s, twice Hopper's LL rate and LL128 ceiling, NVLS.
+    # B200: 18 NVLinks of 40 GB/s, twice Hopper's LL rate, NCCL 2.30's LL128 ceiling, NVLS.
     assert {round(link.bandwidth / GB, 6) for link in b200.links} == {720}
-    assert (b200.ll_bandwidth, b200.ll128_channel_bandwidth) == (282 * GB, 73.4 / 2 * GB)
+    assert (b200.ll_bandwidth, b200.ll128_channel_bandwidth) == (282 * GB, 40.0 / 2 * GB)
     assert b200.reducing_switches and set(b200.reduce_bandwidth) == {8000 * GB}
     # Across nodes: Intel hosts, NDR NICs.
     cluster = make_preset("cluster-b200:nodes=4")
