@@ -35,15 +35,22 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
     ``algorithm``, ``protocol`` and ``channels`` (0: the choice's) forced where given. A
     forced algorithm runs under the tuner's best protocol for it where the tuner can say
     (``best_for``, see ``algorithms.ops.Tuner``)."""
-    if algorithm != AUTO and algorithm not in algorithms:
+    # Names in any case, NCCL_ALGO's spelling too (Ring, NVLSTree).
+    names = {name.replace("_", ""): name for name in (*algorithms, AUTO)}
+    name = names.get(str(algorithm).lower().replace("_", ""))
+    if name is None:
         raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; known: "
                          f"{', '.join(algorithms)} or auto")
-    forced = None if protocol == AUTO else as_protocol(protocol)
+    algorithm = name
+    try:
+        forced = None if str(protocol).lower() == AUTO else as_protocol(protocol)
+    except ValueError as error:
+        raise ValueError(f"{error} or auto") from None
     check_channels(channels, "the tuner's")
     if algorithm == "hierarchical":  # its own three phases, one ring each on one channel
-        if channels:
-            raise ValueError(f"{collective}: hierarchical runs each phase on one channel; "
-                             "channels applies to ring and tree")
+        if channels > 1:
+            raise ValueError(f"{collective}: hierarchical runs each phase on one channel, "
+                             f"not {channels}; channels applies to ring and tree")
         channels = 1
     picked = (comm.tuner(collective, nbytes) if comm.tuner is not None
               else Choice("ring", Protocol.SIMPLE, 0))
@@ -64,7 +71,7 @@ def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO
     choice = choose(comm, "allreduce", x.nbytes, algorithm, protocol, channels,
                     ALLREDUCE_ALGORITHMS)
     if choice.algorithm in IN_SWITCH and choice.protocol is not Protocol.SIMPLE:
-        if protocol != AUTO:
+        if str(protocol).lower() != AUTO:
             raise ValueError(f"{choice.algorithm} runs under the simple protocol only, not "
                              f"{protocol!r}")
         choice = Choice(choice.algorithm, Protocol.SIMPLE, choice.channels)

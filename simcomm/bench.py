@@ -26,6 +26,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -123,7 +124,8 @@ def build_topology(spec: str, ranks: int, bandwidth: str, latency: str,
     if not is_builder(spec):
         return load_named_topology(spec)
     return make_topology(spec, ranks, _parse("bandwidth", parse_bandwidth, bandwidth),
-                         _parse("latency", parse_seconds, latency),
+                         _parse("latency", partial(parse_seconds, require_unit=True),
+                                latency),
                          _parse("reduce bandwidth", parse_bandwidth, reduce_bandwidth))
 
 

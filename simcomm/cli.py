@@ -75,8 +75,8 @@ from simcomm.topofile import dump_topology
 from simcomm.topology import TOPOLOGIES, Topology, make_topology
 from simcomm.tuning import CANDIDATES, ModelTuner
 from simcomm.train_cli import (
-    add_ddp_parser, add_fsdp_parser, add_variation_arguments, run_ddp, run_fsdp, run_samples,
-    save_histogram, variation_from_args,
+    add_ddp_parser, add_fsdp_parser, add_variation_arguments, output_folder, run_ddp, run_fsdp,
+    run_samples, save_histogram, variation_from_args,
 )
 from simcomm.units import parse_bandwidth, parse_seconds
 from simcomm.variation import Variation
@@ -351,6 +351,7 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
                                                              args.compute_speed))
     if args.memory_speed is not None:
         topology = topology.with_memory_speed(_rank_factors("--memory-speed", args.memory_speed))
+    given: set[frozenset[str]] = set()  # the pairs of nodes so far, either way round
     for item in filter(None, (part.strip() for part in (args.link_speed or "").split(","))):
         ends, eq, factor = item.partition("=")
         src, colon, dst = ends.partition(":")
@@ -361,6 +362,11 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
         if not (eq and colon and src and dst and 0 < bandwidth < math.inf):
             raise ValueError(f"--link-speed: {item!r} is not SRC:DST=FACTOR (gpu3:net=0.5: "
                              "the links between gpu3 and net at half their bandwidth)")
+        pair = frozenset((src.strip(), dst.strip()))
+        if pair in given:  # a second factor would multiply the first
+            raise ValueError(f"--link-speed: {item!r}: the links between {src.strip()} and "
+                             f"{dst.strip()} are given twice")
+        given.add(pair)
         topology = topology.with_link_speed(src.strip(), dst.strip(), bandwidth)
     return topology
 
@@ -371,12 +377,15 @@ def _rank_factors(flag: str, text: str) -> dict[int, float]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         rank, eq, factor = item.partition("=")
         try:
-            speeds[int(rank)] = float(factor)
+            number, speed = int(rank), float(factor)
         except ValueError:
             raise ValueError(f"{flag}: {item!r} is not RANK=FACTOR (3=0.8: rank 3 at 0.8 of "
                              "the nominal speed)") from None
-        if not eq or not 0 < speeds[int(rank)] < float("inf"):
+        if not eq or not 0 < speed < float("inf"):
             raise ValueError(f"{flag}: {item!r}: the factor must be a number > 0")
+        if number in speeds:  # the last would win, unseen
+            raise ValueError(f"{flag}: {item!r}: rank {number} is given twice")
+        speeds[number] = speed
     return speeds
 
 
@@ -413,12 +422,18 @@ def _builder_from_args(args: argparse.Namespace) -> Topology:
     return make_topology(
         args.topology, args.ranks,
         _flag(parse_bandwidth, "--bandwidth", args.bandwidth),
-        _flag(parse_seconds, "--latency", args.latency),
+        _flag(_seconds, "--latency", args.latency),
         _flag(parse_bandwidth, "--reduce-bandwidth",
               "inf" if args.reduce_bandwidth is None else args.reduce_bandwidth),
         gpus_per_node=args.gpus_per_node,
         inter_bandwidth=_flag(parse_bandwidth, "--inter-bandwidth", args.inter_bandwidth),
-        inter_latency=_flag(parse_seconds, "--inter-latency", args.inter_latency))
+        inter_latency=_flag(_seconds, "--inter-latency", args.inter_latency))
+
+
+def _seconds(text: str) -> float:
+    """A time on the command line, which needs its unit (``5us``, ``0s``): a bandwidth
+    needs one too, and a topology file's times do."""
+    return parse_seconds(text, require_unit=True)
 
 
 def _flag(parse: Callable[[str], float], flag: str, text: str | None) -> float | None:
@@ -453,8 +468,9 @@ def _add_validate_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--topology", required=True, metavar="PRESET|FILE",
                         help="a preset or a topology file (.toml)")
     parser.add_argument("--measured", action="append", required=True, metavar="ALGO=FILE",
-                        help="an algorithm (NAME or NAME:key=value) and its measured CSV "
-                             "(repeatable)")
+                        help="an algorithm (NAME or NAME:key=value) and its measured CSV, "
+                             "split at the last = (so FILE's name cannot hold one); "
+                             "repeatable")
     parser.add_argument("--plot", metavar="FILE.png", type=output_file,
                         help="draw simulated and measured time against size")
     parser.set_defaults(run=validate)
@@ -462,10 +478,14 @@ def _add_validate_parser(commands: argparse._SubParsersAction) -> None:
 
 def validate(args: argparse.Namespace) -> int:
     """``simcomm validate``: print the comparison and the summary; draw it if asked."""
+    if is_builder(args.topology):
+        raise ValueError(f"--topology {args.topology} is a builder: validate takes a preset "
+                         "or a .toml file")
     topology = load_named_topology(args.topology)
     comparisons = []
     for item in args.measured:
-        algorithm, sep, path = item.partition("=")
+        # At the last =: the algorithm's parameters (NAME:key=value) have their own.
+        algorithm, sep, path = item.rpartition("=")
         if not sep or not algorithm.strip() or not path.strip():
             raise ValueError(f"--measured {item!r}: write ALGORITHM=FILE")
         comparisons += compare(topology, algorithm.strip(), path.strip())
@@ -569,11 +589,13 @@ def tune(args: argparse.Namespace) -> int:
         raise ValueError(f"--topology {args.topology} is a builder: tune takes a preset or a "
                          ".toml file")
     topology = load_named_topology(args.topology)
-    collectives = split_list(args.collectives)
-    for collective in collectives:
+    collectives = _items("--collectives", args.collectives)
+    for i, collective in enumerate(collectives):
         if collective not in CANDIDATES:
             raise ValueError(f"--collectives: unknown collective {collective!r}; known: "
                              f"{', '.join(CANDIDATES)}")
+        if collective in collectives[:i]:  # its rows would be written twice
+            raise ValueError(f"--collectives: {collective} is given twice")
     sizes = size_range(parse_size(args.minbytes), parse_size(args.maxbytes), 2)
     tuner = ModelTuner(topology)
     nodes = topology.size // (topology.local_size or topology.size)
@@ -685,7 +707,9 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the results")
+    parser.add_argument("--out", required=True, metavar="DIR", type=output_folder,
+                        help="folder for the results (made if missing, in a folder that "
+                             "exists)")
     parser.add_argument("--measured", action="append", default=[], metavar="[LABEL=]FILE",
                         help="measured results in the bench CSV columns (realcomm bench "
                              "--format csv) to draw beside the simulated lines (repeatable)")
@@ -700,7 +724,7 @@ def sweep(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)
     path = out / "sweep.csv"
     type_name = algorithm_config(points[0].algorithm, (points[0].size,), grid.dtype,
                                  points[0].kind).type_name
@@ -745,23 +769,26 @@ def _replace_csv(path: Path, rows: list[SweepRow]) -> None:
 
 
 def _grid_from_args(args: argparse.Namespace) -> Grid:
-    topologies = tuple(split_list(args.topology))
+    topologies = tuple(_items("--topology", args.topology))
     builders = any(is_builder(t) for t in topologies)
     for flag in ("ranks", "bandwidth", "latency", "reduce_bandwidth"):
         if getattr(args, flag) is not None and not builders:
             raise ValueError(f"--{flag.replace('_', '-')} applies only to the builder "
                              f"topologies ({', '.join(TOPOLOGIES)}), and --topology names "
                              "none (presets and files bring their own)")
+    latencies = (tuple(_items("--latency", args.latency)) if args.latency is not None
+                 else DEFAULT_LATENCIES)
+    for latency in latencies:
+        _flag(_seconds, "--latency", latency)
     return Grid(
-        algorithms=tuple(split_list(args.algorithm)),
+        algorithms=tuple(_items("--algorithm", args.algorithm)),
         sizes=_sweep_sizes(args),
         topologies=topologies,
-        ranks=tuple(_int_item("--ranks", item) for item in split_list(args.ranks))
+        ranks=tuple(_int_item("--ranks", item) for item in _items("--ranks", args.ranks))
         if args.ranks is not None else DEFAULT_RANKS,
-        bandwidths=tuple(split_list(args.bandwidth))
+        bandwidths=tuple(_items("--bandwidth", args.bandwidth))
         if args.bandwidth is not None else DEFAULT_BANDWIDTHS,
-        latencies=tuple(split_list(args.latency))
-        if args.latency is not None else DEFAULT_LATENCIES,
+        latencies=latencies,
         dtype=args.dtype,
         reduce_bandwidth="inf" if args.reduce_bandwidth is None else args.reduce_bandwidth,
         kind=args.kind, level=args.level)
@@ -777,6 +804,14 @@ def _sweep_sizes(args: argparse.Namespace) -> tuple[int, ...]:
         return DEFAULT_SIZES
     return size_range(parse_size(args.minbytes or "1K"), parse_size(args.maxbytes or "1G"),
                       4 if args.stepfactor is None else args.stepfactor)
+
+
+def _items(flag: str, text: str) -> list[str]:
+    """``split_list(text)``, its error naming ``flag``."""
+    try:
+        return split_list(text)
+    except ValueError as error:
+        raise ValueError(f"{flag}: {error}") from None
 
 
 def _int_item(flag: str, text: str) -> int:
@@ -845,6 +880,6 @@ def plot(args: argparse.Namespace) -> int:
     rows = [row for path in args.csv for row in read_csv(path)]
     measured = _measured_from_args(args)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)
     _report(rows, measured, out, args.no_plots, [])
     return 0

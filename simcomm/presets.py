@@ -526,16 +526,17 @@ def make_preset(spec: str) -> Topology:
 
 
 def _parse_param(preset: str, key: str, text: str, default: int | float) -> int | float:
-    try:
-        if isinstance(default, int):
-            return int(text)
-        value = float(text)
-    except ValueError:
-        kind = "an int" if isinstance(default, int) else "a number"
-        raise ValueError(f"preset {preset!r}: {key} must be {kind}, got {text!r}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"preset {preset!r}: {key} must be finite, got {text!r}")
-    return value
+    # Plain figures only: int() and float() would also take 4_0, +2, inf and other digits.
+    # A minus sign passes, for the builder's range check to name.
+    if isinstance(default, int):
+        if not re.fullmatch(r"-?[0-9]+", text):
+            raise ValueError(f"preset {preset!r}: {key} must be an int, got {text!r} (write "
+                             "plain digits)")
+        return int(text)
+    if not re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", text):
+        raise ValueError(f"preset {preset!r}: {key} must be a plain number (e.g. 2 or 1.5), "
+                         f"got {text!r}")
+    return float(text)
 
 
 # -- summaries --------------------------------------------------------------------------------

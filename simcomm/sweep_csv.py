@@ -6,7 +6,8 @@ plot) that either becomes.
   columns (``algorithms.harness.bench.CSV_HEADER``).
 * ``write_csv`` / ``read_csv``: sweep rows to and from CSV.
 * ``read_bench_csv``: the plain bench columns that ``simcomm bench`` and ``realcomm bench``
-  print with ``--format csv``, as series to draw.
+  print with ``--format csv``, as series to draw; ``read_bench_rows``: a file of exactly
+  those columns, as rows.
 * ``Series`` and ``Series.from_rows``: sizes, times and bus bandwidths of one line.
 """
 
@@ -19,11 +20,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass, fields
 from typing import IO, Any
 
-from algorithms.harness.bench import CSV_HEADER, BenchRow
+from algorithms.harness.bench import CSV_HEADER, DTYPES, BenchRow
 
-SWEEP_COLUMNS = ("algorithm", "topology", "ranks", "bandwidth", "latency",
-                 *CSV_HEADER.split(","))
+BENCH_COLUMNS = tuple(CSV_HEADER.split(","))
+SWEEP_COLUMNS = ("algorithm", "topology", "ranks", "bandwidth", "latency", *BENCH_COLUMNS)
 SWEEP_HEADER = ",".join(SWEEP_COLUMNS)
+# Columns that no run gives a negative value in (root is -1 where there is none).
+_NOT_NEGATIVE = ("size", "count", "time_us", "algbw_GBps", "busbw_GBps", "wrong")
 
 
 @dataclass(frozen=True)
@@ -69,27 +72,36 @@ def _convert(path: str, line: int, column: str, text: str, kind: type) -> Any:
     if kind is float and not math.isfinite(value):
         raise ValueError(f"{path} line {line}: {column}: expected a finite number, "
                          f"got {text!r}")
+    if column in _NOT_NEGATIVE and value < 0:
+        raise ValueError(f"{path} line {line}: {column}: must be >= 0, got {text!r}")
+    if column == "type" and value not in DTYPES:
+        raise ValueError(f"{path} line {line}: type: unknown type {text!r}; known: "
+                         f"{', '.join(DTYPES)}")
     return value
 
 
-def _read_rows(path: str | os.PathLike[str], columns: Sequence[str]
+def _read_rows(path: str | os.PathLike[str], columns: Sequence[str], what: str
                ) -> tuple[list[str], list[dict[str, Any]]]:
-    """The header of a CSV with at least ``columns``, and its rows: those columns typed as
-    ``SweepRow``'s fields, any other column as text."""
+    """The header of a CSV with at least ``columns`` (``what``: bench or sweep), and its
+    rows: those columns typed as ``SweepRow``'s fields and checked, any other column as
+    text. Lines that start with ``#`` (notes) are skipped."""
     kinds = {f.name: (int if f.name in ("ranks", "size", "count", "root", "wrong") else
                       float if f.name.endswith(("_us", "_GBps")) else str)
              for f in fields(SweepRow)}
     name = str(path)
     try:
         with open(path, newline="", encoding="utf-8") as stream:
-            reader = csv.DictReader(stream)
+            kept = [(number, text) for number, text in enumerate(stream, 1)
+                    if not text.startswith("#")]
+            reader = csv.DictReader(text for _, text in kept)
             header = list(reader.fieldnames or ())
             missing = [c for c in columns if c not in header]
             if missing:
                 raise ValueError(f"{name}: not a results CSV: no column {', '.join(missing)} "
-                                 f"(expected the header {','.join(columns)})")
+                                 f"(expected the {what} CSV header {','.join(columns)})")
             rows = []
-            for line, raw in enumerate(reader, 2):
+            for raw in reader:
+                line = kept[reader.line_num - 1][0]  # the file's, counting the notes
                 if None in raw or None in raw.values():
                     raise ValueError(f"{name} line {line}: expected {len(header)} fields")
                 rows.append({c: _convert(name, line, c, text.strip(), kinds.get(c, str))
@@ -103,7 +115,7 @@ def _read_rows(path: str | os.PathLike[str], columns: Sequence[str]
 
 def read_csv(path: str | os.PathLike[str]) -> list[SweepRow]:
     """The rows of a CSV that ``write_csv`` wrote."""
-    _, rows = _read_rows(path, SWEEP_COLUMNS)
+    _, rows = _read_rows(path, SWEEP_COLUMNS, "sweep")
     return [SweepRow(**{c: row[c] for c in SWEEP_COLUMNS}) for row in rows]
 
 
@@ -134,12 +146,22 @@ def read_bench_csv(path: str | os.PathLike[str], label: str) -> list[Series]:
     """Measured (or simulated) results in the bench columns, as ``realcomm bench --format
     csv`` prints them: one series named ``label``; a sweep's CSV gives one series per
     algorithm, topology, ranks, bandwidth and latency, labelled with them."""
-    bench_columns = CSV_HEADER.split(",")
-    header, rows = _read_rows(path, bench_columns)
+    header, rows = _read_rows(path, BENCH_COLUMNS, "bench")
     setting = [c for c in SWEEP_COLUMNS[:5] if c in header]
     by_name: dict[str, list[BenchRow]] = {}
     for row in rows:
         parts = [str(row[c]) for c in setting if row[c] != ""]
         name = f"{label}: {' '.join(parts)}" if parts else label
-        by_name.setdefault(name, []).append(BenchRow(**{c: row[c] for c in bench_columns}))
+        by_name.setdefault(name, []).append(BenchRow(**{c: row[c] for c in BENCH_COLUMNS}))
     return [Series.from_rows(name, group) for name, group in by_name.items()]
+
+
+def read_bench_rows(path: str | os.PathLike[str]) -> list[BenchRow]:
+    """The rows of a CSV in exactly the bench columns (``CSV_HEADER``), checked as
+    ``read_bench_csv`` checks them: one collective's results, which ``simcomm validate``
+    compares (a sweep's CSV, with its other columns, holds several)."""
+    header, rows = _read_rows(path, BENCH_COLUMNS, "bench")
+    if tuple(header) != BENCH_COLUMNS:
+        raise ValueError(f"{path}: expected the bench CSV header {CSV_HEADER!r}, got "
+                         f"{','.join(header)!r}")
+    return [BenchRow(**row) for row in rows]

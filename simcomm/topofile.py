@@ -72,16 +72,16 @@ applies. A link with no tree latency key has none (its tree messages take its ot
 latencies); one with some takes the others from its own latency under that protocol. In the
 builder form, giving one of a latency's LL and LL128 figures builds with ``PerProtocol``
 latencies, and the one not given takes the Simple figure; the tree's likewise. Bandwidths and
-latencies need units (``100GB/s``, ``400Gbps``, ``2us``). Mistakes raise
-``TopologyFileError`` naming the file and the key. ``dump_topology`` writes the explicit form,
-exactly: loading what it wrote gives an equal ``Topology``.
+latencies need units (``100GB/s``, ``400Gbps``, ``2us``). Each direction between two nodes
+comes from one ``[[link]]`` entry only. Mistakes raise ``TopologyFileError`` naming the file
+and the key. ``dump_topology`` writes the explicit form, exactly: loading what it wrote gives
+an equal ``Topology``.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -182,10 +182,10 @@ class _Reader:
             raise self.error(key, str(error)) from None
 
     def latency(self, value: Any, key: str) -> float:
-        if not isinstance(value, str) or not re.search(r"[a-zA-Zµ]", value):
+        if not isinstance(value, str):
             raise self.error(key, f"must be a string with a unit, e.g. \"5us\", got {value!r}")
         try:
-            seconds = parse_seconds(value)
+            seconds = parse_seconds(value, require_unit=True)
         except ValueError as error:
             raise self.error(key, str(error)) from None
         if not (math.isfinite(seconds) and seconds >= 0):
@@ -245,9 +245,17 @@ def _from_tables(reader: _Reader, data: dict[str, Any], name: str) -> Topology:
     entries = data.get("link", [])
     if not isinstance(entries, list):
         raise reader.error("link", "must be a list of tables ([[link]] entries)")
+    given: dict[tuple[str, str], str] = {}  # (src, dst) -> the entry that gives the link
     for i, entry in enumerate(entries):
-        links += _read_link(reader, reader.table(entry, f"link[{i}]"), f"link[{i}]", defaults,
-                            known)
+        where = f"link[{i}]"
+        for link in _read_link(reader, reader.table(entry, where), where, defaults, known):
+            # One entry may make a pair twice (src and dst lists that overlap, both ways);
+            # two entries for the same direction would leave the second unused.
+            first = given.setdefault((link.src, link.dst), where)
+            if first != where:
+                raise reader.error(where, f"the link {link.src} -> {link.dst} is given twice "
+                                          f"(first in {first})")
+            links.append(link)
     reduce_default = defaults.get("reduce_bandwidth", math.inf)
     per_gpu = data.get("reduce_bandwidth", {})
     if not isinstance(per_gpu, dict):

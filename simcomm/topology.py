@@ -178,12 +178,16 @@ class Topology:
         object.__setattr__(self, "_adjacency", [])
         if len(set(self.nodes)) != len(self.nodes):
             raise ValueError(f"topology {self.name!r}: node names must be unique")
-        known = set(self.nodes)
+        known, ends = set(self.nodes), set()
         for link in self.links:
             for end in (link.src, link.dst):
                 if end not in known:
                     raise ValueError(f"topology {self.name!r}: link {link.src}->{link.dst} "
                                      f"names unknown node {end!r}")
+            if (link.src, link.dst) in ends:  # a route takes the first; the second idles
+                raise ValueError(f"topology {self.name!r}: two links from {link.src} to "
+                                 f"{link.dst}; give one, with their bandwidth together")
+            ends.add((link.src, link.dst))
         if not self.ranks:
             raise ValueError(f"topology {self.name!r} has no ranks")
         for r, node in enumerate(self.ranks):

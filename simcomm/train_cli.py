@@ -16,10 +16,12 @@ with DDP, and ``--memory-plot`` draws memory over the step.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -118,6 +120,8 @@ def variation_from_args(args: argparse.Namespace) -> Variation | None:
     """The ``Variation`` the flags of ``add_variation_arguments`` ask for, or None."""
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    if args.seed < 0:  # numpy's generators take none
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
     for flag, value in (("--histogram", args.histogram), ("--scheduler", args.scheduler)):
         if value is not None and args.samples is None:
             raise ValueError(f"{flag} goes with --samples N")
@@ -220,10 +224,28 @@ def _print_critical_path(result: SimResult, topology: Topology,
               f"{even * 1e3:.3f} ms with every rank at speed {fastest:g}")
 
 
+def output_folder(text: str) -> str:
+    """An argparse ``type`` for a folder the command writes files into, made if missing: as
+    ``output_file``, refused when the command line is read (not after a long run) if it is
+    a file, the folder to make it in does not exist, or it cannot be written."""
+    folder = Path(text)
+    if folder.exists() and not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder: name a new "
+                                         "folder or one to write into")
+    parent = folder.parent
+    if not (folder.exists() or parent.is_dir()):
+        raise argparse.ArgumentTypeError(
+            f"{parent} is not a folder" if parent.exists() else f"folder {parent} does not exist")
+    if not os.access(folder if folder.exists() else parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text} cannot be written")
+    return text
+
+
 def _add_kineto_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kineto", metavar="DIR",
+    parser.add_argument("--kineto", metavar="DIR", type=output_folder,
                         help="write the step as one torch-profiler-shaped trace per rank "
-                             "(DIR/rank_N.json), for Holistic Trace Analysis")
+                             "(DIR/rank_N.json), for Holistic Trace Analysis; DIR is made "
+                             "if missing, in a folder that exists")
 
 
 def _write_kineto(folder: str | None, result: SimResult) -> None:
@@ -264,7 +286,8 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
     options = {"first_bucket_cap": parse_bytes(args.first_bucket_cap),
                "allreduce": collective.function, "level": args.level,
                **params_from_items(collective, args.param)}
-    if args.plot and not args.sweep_buckets:
+    caps = None if args.sweep_buckets is None else _bucket_caps(args.sweep_buckets)
+    if args.plot and caps is None:
         raise ValueError("--plot draws the bucket sweep: give --sweep-buckets too")
     variation = variation_from_args(args)
     model = _model_from_args(args)
@@ -292,8 +315,7 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
                   simulate_dp(model, topology)]
         print()
         print(format_comparison([report, *others]))
-    if args.sweep_buckets:
-        caps = [parse_bytes(text) for text in args.sweep_buckets.split(",") if text.strip()]
+    if caps is not None:
         sweep = bucket_sweep(model, topology, caps, overlap=not args.no_overlap, **options)
         print()
         print(format_sweep(sweep))
@@ -303,6 +325,22 @@ def run_ddp(args: argparse.Namespace, topology: Topology) -> int:
             save_png(bucket_sweep_figure(sweep, f"{model.name} on {topology.name}"), args.plot)
             print(f"# wrote {args.plot}", file=sys.stderr)
     return 0
+
+
+def _bucket_caps(text: str) -> list[int]:
+    """``--sweep-buckets``' caps, as ``--sizes`` reads its sizes (``1MiB,25MiB``)."""
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise ValueError(f"--sweep-buckets {text!r} names no bucket cap")
+    caps = []
+    for number, item in enumerate(items, 1):
+        if not item:
+            raise ValueError(f"--sweep-buckets {text!r}: item {number} is empty")
+        try:
+            caps.append(parse_bytes(item))
+        except ValueError as error:
+            raise ValueError(f"--sweep-buckets: {error}") from None
+    return caps
 
 
 def format_comparison(reports: list[StepReport]) -> str:

@@ -7,16 +7,14 @@ validation pages report them).
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from algorithms.harness.bench import CSV_HEADER
 from simcomm.bench import algorithm_config, bench_size
-from simcomm.sweep_csv import Series
+from simcomm.sweep_csv import Series, read_bench_rows
 from simcomm.topology import Topology
 from simcomm.units import format_bytes
 
@@ -41,29 +39,17 @@ class Comparison:
 def compare(topology: Topology, algorithm: str, path: str | os.PathLike[str]
             ) -> list[Comparison]:
     """Simulate ``algorithm`` (``NAME`` or ``NAME:key=value``) at every size of the bench
-    CSV at ``path`` on ``topology`` and pair each with its measured time."""
-    with open(path, newline="", encoding="utf-8") as stream:
-        reader = csv.DictReader(line for line in stream if not line.startswith("#"))
-        if reader.fieldnames != CSV_HEADER.split(","):
-            raise ValueError(f"{path}: expected the bench CSV header {CSV_HEADER!r}, got "
-                             f"{','.join(reader.fieldnames or [])!r}")
-        rows = list(reader)
-    if not rows:
-        raise ValueError(f"{path}: no rows")
+    CSV at ``path`` (``read_bench_rows``) on ``topology`` and pair each with its measured
+    time."""
     out = []
-    for line, row in enumerate(rows, start=2):
-        try:
-            size, measured = int(row["size"]), float(row["time_us"])
-            busbw = float(row["busbw_GBps"])
-        except ValueError:
-            raise ValueError(f"{path}, line {line}: size, time_us and busbw_GBps must be "
-                             "numbers") from None
-        if not measured > 0:
-            raise ValueError(f"{path}, line {line}: time_us must be > 0, got {measured}")
-        config = algorithm_config(algorithm, [size], row["type"])
-        simulated = bench_size(config, topology, size)
-        out.append(Comparison(algorithm, size, measured, simulated.time_us,
-                              busbw, simulated.busbw_GBps))
+    for row in read_bench_rows(path):
+        if not row.time_us > 0:  # the error is relative to it
+            raise ValueError(f"{path}: the row of size {row.size} has time_us "
+                             f"{row.time_us}: a measured time must be > 0")
+        config = algorithm_config(algorithm, [row.size], row.type)
+        simulated = bench_size(config, topology, row.size)
+        out.append(Comparison(algorithm, row.size, row.time_us, simulated.time_us,
+                              row.busbw_GBps, simulated.busbw_GBps))
     return out
 
 

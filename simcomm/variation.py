@@ -79,15 +79,20 @@ class Distribution:
             path = Path(rest.strip())
             lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
             return cls(kind, samples=tuple(_number(line, seconds, text) for line in lines))
-        return cls(kind, tuple(_number(part, seconds, text) for part in rest.split(",")))
+        # A lognormal's sigma spreads the log, whatever the median's unit: it has none.
+        return cls(kind, tuple(_number(part, seconds and not (kind == "lognormal" and i == 1),
+                                       text, unit=seconds)
+                               for i, part in enumerate(rest.split(","))))
 
 
-def _number(text: str, seconds: bool, whole: str) -> float:
+def _number(text: str, seconds: bool, whole: str, unit: bool = False) -> float:
+    """``text`` as seconds (``unit``: it must have one) or as a plain number."""
     try:
-        return parse_seconds(text) if seconds else float(text)
+        return parse_seconds(text, require_unit=unit) if seconds else float(text)
     except ValueError:
-        raise ValueError(f"{whole!r}: {text.strip()!r} is not a number"
-                         + (" of seconds (2us, 0.5ms)" if seconds else "")) from None
+        what = (" of seconds with a unit (2us, 0.5ms)" if seconds
+                else " (a lognormal's sigma has no unit)" if unit else "")
+        raise ValueError(f"{whole!r}: {text.strip()!r} is not a number{what}") from None
 
 
 @dataclass(frozen=True)

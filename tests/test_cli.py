@@ -208,6 +208,22 @@ BAD_ARGS = [
     (["--algorithm", "nccl_allreduce", "--param", "protocol=ll256"],
      "unknown protocol 'll256'; known: simple, ll, ll128"),
     (["--algorithm", "nccl_allreduce", "--param", "channels=65"], "channels must be"),
+    # A second entry used to multiply the first (--link-speed) or replace it, unseen.
+    (["--algorithm", "ring_allreduce", "--topology", "switch", "--link-speed",
+      "gpu0:switch=0.5,switch:gpu0=0.7"],
+     "--link-speed: 'switch:gpu0=0.7': the links between switch and gpu0 are given twice"),
+    (["--algorithm", "ring_allreduce", "--compute-speed", "3=0.5,3=0.7"],
+     "--compute-speed: '3=0.7': rank 3 is given twice"),
+    (["--algorithm", "ring_allreduce", "--memory-speed", "3=0.5, 03=0.7"],
+     "--memory-speed: '03=0.7': rank 3 is given twice"),
+    # A time without a unit used to be read as seconds.
+    (["--algorithm", "ring_allreduce", "--latency", "1"],
+     "--latency: time '1' has no unit: write 1s, 1ms, 1us or 1ns"),
+    (["--algorithm", "ring_allreduce", "--latency", "1e-6"], "--latency: time '1e-6' has no unit"),
+    (["--algorithm", "ring_allreduce", "--topology", "hierarchical", "--ranks", "16",
+      "--inter-latency", "2"], "--inter-latency: time '2' has no unit"),
+    (["--algorithm", "ring_allreduce", "--seed", "-1", "--message-delay", "normal:2us,1us"],
+     "--seed must be >= 0, got -1"),
 ]
 
 
@@ -357,3 +373,50 @@ def test_sweep_takes_a_users_algorithm_and_its_kind(user_algorithms: str) -> Non
                    "--sizes", "1KiB", "--no-plots", "--out", "out")
     assert wrong.returncode == 2
     assert wrong.stderr.count("\n") == 1 and "allreduce takes op, so my_broadcast" in wrong.stderr
+
+
+OTHER_BAD_ARGS = [
+    (["ddp", "--model", "resnet50", "--topology", "dgx-a100", "--sweep-buckets", ""],
+     "--sweep-buckets '' names no bucket cap"),  # used to run no sweep, silently
+    (["ddp", "--model", "resnet50", "--topology", "dgx-a100", "--sweep-buckets", ","],
+     "--sweep-buckets ',' names no bucket cap"),
+    (["ddp", "--model", "resnet50", "--topology", "dgx-a100", "--sweep-buckets", "1MiB,"],
+     "--sweep-buckets '1MiB,': item 2 is empty"),
+    (["ddp", "--model", "resnet50", "--topology", "dgx-a100", "--sweep-buckets", "1MiBB"],
+     "--sweep-buckets: unknown size unit 'MiBB'"),
+    (["ddp", "--model", "resnet50", "--topology", "dgx-a100", "--kineto", "no/such/traces"],
+     "argument --kineto: folder no/such does not exist"),  # used to be made
+    (["fsdp", "--model", "resnet50", "--topology", "dgx-a100", "--kineto", "file"],
+     "argument --kineto: file exists and is not a folder"),
+    (["validate", "--topology", "switch", "--measured", "ring_allreduce=x.csv"],
+     "--topology switch is a builder: validate takes a preset or a .toml file"),
+    (["tune", "--topology", "dgx-h100", "--collectives", "allreduce,allreduce"],
+     "--collectives: allreduce is given twice"),  # its rows were written twice
+    (["tune", "--topology", "dgx-h100", "--collectives", ""], "--collectives: '' names nothing"),
+]
+
+
+@pytest.mark.parametrize("argv, message", OTHER_BAD_ARGS)
+def test_other_commands_bad_arguments_exit_2_with_one_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        argv: list[str], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("file").write_text("")
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith("simcomm: error: ")
+    assert message in captured.err
+    assert not Path("no").exists()
+
+
+def test_validate_splits_measured_at_the_last_equals_sign(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # An algorithm with parameters has an = of its own: the file used to be "ring=FILE".
+    rows = bench(capsys, "--algorithm", "nccl_allreduce", "--param", "algorithm=ring",
+                 "--topology", "dgx-h100", "--sizes", "1MiB")
+    measured = tmp_path / "m.csv"
+    measured.write_text(CSV_HEADER + "\n" + ",".join(rows[0].values()) + "\n")
+    assert main(["validate", "--topology", "dgx-h100", "--measured",
+                 f"nccl_allreduce:algorithm=ring={measured}"]) == 0
+    assert "nccl_allreduce:algorithm=ring     1MiB" in capsys.readouterr().out

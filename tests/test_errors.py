@@ -307,6 +307,9 @@ def test_topology_rejects_unknown_nodes_and_bad_ranks() -> None:
     link = Link("gpu0", "gpu9", 1e9, 0.0)
     with pytest.raises(ValueError, match="names unknown node 'gpu9'"):
         Topology("t", ("gpu0", "gpu1"), (link,), ("gpu0", "gpu1"), (1.0, 1.0))
+    twice = (Link("gpu0", "gpu1", 1e9, 0.0), Link("gpu0", "gpu1", 2e9, 0.0))
+    with pytest.raises(ValueError, match="two links from gpu0 to gpu1"):  # one would idle
+        Topology("t", ("gpu0", "gpu1"), twice, ("gpu0", "gpu1"), (1.0, 1.0))
     with pytest.raises(ValueError, match="rank 1 is on unknown node 'gpu7'"):
         Topology("t", ("gpu0", "gpu1"), (), ("gpu0", "gpu7"), (1.0, 1.0))
     with pytest.raises(ValueError, match="two ranks share a node"):

@@ -192,7 +192,14 @@ def test_fattree_uplinks_follow_the_oversubscription():
     ("cluster-h100:nodes=2,nodes=3", "given twice"),
     ("fattree-h100:nodes=5,nodes_per_leaf=2", "5 nodes do not fill leaves of 2 nodes"),
     ("fattree-h100:oversubscription=0.5", "oversubscription must be a number >= 1"),
-    ("fattree-h100:oversubscription=inf", "must be finite"),
+    ("fattree-h100:oversubscription=inf", "oversubscription must be a plain number (e.g. 2 or "
+                                          "1.5), got 'inf'"),
+    # int() and float() take these, so 4_0 was read as 40.
+    ("dgx-h100:gpus=4_0", "gpus must be an int, got '4_0' (write plain digits)"),
+    ("cluster-h100:nodes=+2", "nodes must be an int, got '+2'"),
+    ("cluster-h100:nodes=\u0662", "nodes must be an int, got '\u0662'"),
+    ("fattree-h100:oversubscription=1_5", "oversubscription must be a plain number"),
+    ("fattree-h100:oversubscription=2e0", "oversubscription must be a plain number"),
 ])
 def test_bad_preset_specs_say_what_is_wrong(spec, message):
     with pytest.raises(ValueError, match="preset") as info:

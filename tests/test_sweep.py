@@ -214,7 +214,10 @@ BAD = [
     (["--ranks", "4,x"], "--ranks: 'x' is not an int"),
     (["--ranks", "0"], "ranks must be ints >= 1"),
     (["--bandwidth", "100GBs"], "bandwidth '100GBs': unknown bandwidth unit"),
-    (["--latency", "5parsecs"], "latency '5parsecs': unknown time unit"),
+    (["--latency", "5parsecs"], "--latency: unknown time unit 'parsecs' in '5parsecs'"),
+    (["--latency", "5us,1"], "--latency: time '1' has no unit: write 1s, 1ms, 1us or 1ns"),
+    (["--algorithm", ""], "--algorithm: '' names nothing"),
+    (["--topology", ","], "--topology: ',' names nothing"),
     (["--topology", "torus"], "unknown topology 'torus'"),
     (["--topology", "hierarchical", "--ranks", "12"], "12 ranks do not fill nodes of 8"),
     (["--topology", "dgx-a100", "--ranks", "4"], "--ranks applies only to the builder"),
@@ -243,6 +246,13 @@ def test_bad_csvs_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
                                        tmp_path: Path) -> None:
     (tmp_path / "short.csv").write_text("size,time_us\n1024,3.5\n")
     (tmp_path / "text.csv").write_text(CSV_HEADER + "\n1024,256,float,sum,-1,fast,1,1,N/A\n")
+    # Rows that simcomm validate refuses, which plot used to draw.
+    for name, row in (("time", "1024,256,float,sum,-1,-5,1,1,N/A"),
+                      ("size", "-1024,256,float,sum,-1,5,1,1,N/A"),
+                      ("type", "1024,256,foo,sum,-1,5,1,1,N/A")):
+        (tmp_path / f"{name}.csv").write_text(f"{CSV_HEADER}\n{row}\n")
+    (tmp_path / "sweep.csv").write_text(f"{SWEEP_HEADER}\nring_allreduce,switch,8,100GB/s,5us,"
+                                        "-1024,256,float,sum,-1,70.0,0.01,0.02,N/A\n")
     cases = [
         (["plot", "--out", str(tmp_path)], "nothing to plot"),
         (["plot", str(tmp_path / "short.csv"), "--out", str(tmp_path)], "no column algorithm"),
@@ -250,6 +260,14 @@ def test_bad_csvs_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
          "no column count"),
         (["plot", "--measured", f"m={tmp_path / 'text.csv'}", "--out", str(tmp_path)],
          "text.csv line 2: time_us: expected float, got 'fast'"),
+        (["plot", "--measured", str(tmp_path / "time.csv"), "--out", str(tmp_path)],
+         "time.csv line 2: time_us: must be >= 0, got '-5'"),
+        (["plot", "--measured", str(tmp_path / "size.csv"), "--out", str(tmp_path)],
+         "size.csv line 2: size: must be >= 0, got '-1024'"),
+        (["plot", "--measured", str(tmp_path / "type.csv"), "--out", str(tmp_path)],
+         "type.csv line 2: type: unknown type 'foo'; known: int8"),
+        (["plot", str(tmp_path / "sweep.csv"), "--out", str(tmp_path)],
+         "sweep.csv line 2: size: must be >= 0, got '-1024'"),
     ]
     for argv, message in cases:
         status, _, err = run(capsys, *argv)
@@ -296,3 +314,19 @@ def test_rows_reach_the_csv_as_they_finish_and_a_stopped_sweep_resumes(
     streamed = []
     rows = run_sweep(Grid(sizes=(1024, 4096)).points(), on_row=streamed.append)
     assert sorted(streamed, key=rows.index) == rows
+
+
+def test_out_must_be_a_folder_in_one_that_exists(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    # A file used to end in "[Errno 17] File exists", and a missing parent was made.
+    file = tmp_path / "file"
+    file.write_text("")
+    for command in (["sweep", "--sizes", "1KiB", "--no-plots"], ["plot", str(file)]):
+        status, out, err = run(capsys, *command, "--out", str(file))
+        assert status == 2 and out == ""
+        assert err == (f"simcomm: error: argument --out: {file} exists and is not a folder: "
+                       f"name a new folder or one to write into (see simcomm {command[0]} "
+                       "--help)\n")
+        status, _, err = run(capsys, *command, "--out", str(tmp_path / "no" / "out"))
+        assert status == 2 and f"argument --out: folder {tmp_path / 'no'} does not exist" in err
+    assert not (tmp_path / "no").exists()

@@ -67,11 +67,12 @@ def test_hand_written_file_reads_as_written():
 
 
 def test_a_gap_reads_from_defaults_or_the_link():
-    text = GOOD_HEAD + '[defaults]\ngap = "3us"\n' + GOOD_LINK + (
-        '[[link]]\nsrc = "sw"\ndst = "gpu0"\nbandwidth = "1GB/s"\nlatency = "1us"\n'
-        'gap = "0s"\nduplex = false\n')
+    text = GOOD_HEAD + '[defaults]\ngap = "3us"\n' + GOOD_LINK.replace(
+        '["gpu0", "gpu1"]', '"gpu0"') + (
+        '[[link]]\nsrc = "gpu1"\ndst = "sw"\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+        'gap = "0s"\n')
     topology = parse_topology(text)
-    assert [link.gap for link in topology.links] == [3e-6] * 4 + [0.0]
+    assert [link.gap for link in topology.links] == [3e-6] * 2 + [0.0] * 2
     assert parse_topology(dump_topology(topology)) == topology
 
 
@@ -364,7 +365,9 @@ GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\n
     (GOOD_HEAD + GOOD_LINK.replace('"1GB/s"', '100e9'), "link[0].bandwidth",
      "must be a string with a unit"),
     (GOOD_HEAD + GOOD_LINK.replace('"1us"', '"5"'), "link[0].latency",
-     "must be a string with a unit"),
+     "time '5' has no unit: write 5s, 5ms, 5us or 5ns"),
+    (GOOD_HEAD + GOOD_LINK.replace('"1us"', '"1e-6"'), "link[0].latency",
+     "time '1e-6' has no unit"),
     (GOOD_HEAD + '[defaults]\nlatency = "5 parsecs"\n', "defaults.latency",
      "unknown time unit"),
     (GOOD_HEAD + GOOD_LINK.replace('dst = "sw"', 'dst = "sw2"'), "link[0].dst",
@@ -372,7 +375,7 @@ GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\n
     (GOOD_HEAD + GOOD_LINK.replace('src = ["gpu0", "gpu1"]', 'src = "sw"'), "link[0]",
      "src and dst are both 'sw'"),
     (GOOD_HEAD + GOOD_LINK + "duplex = 1\n", "link[0].duplex", "must be true or false"),
-    (GOOD_HEAD + GOOD_LINK + 'gap = "5"\n', "link[0].gap", "must be a string with a unit"),
+    (GOOD_HEAD + GOOD_LINK + 'gap = "5"\n', "link[0].gap", "time '5' has no unit"),
     (GOOD_HEAD, "link", "no route from rank 0 (gpu0) to rank 1 (gpu1)"),
     (GOOD_HEAD + GOOD_LINK.replace('src = ["gpu0", "gpu1"]', 'src = "gpu0"')
      + '[[link]]\nsrc = "gpu1"\ndst = "sw"\nbandwidth = "1GB/s"\nlatency = "1us"\n'
@@ -401,7 +404,7 @@ GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\n
     (GOOD_HEAD + GOOD_LINK + 'latency_ll = "-1us"\n', "link[0].latency_ll",
      "cannot read '-1us' as a time"),
     (GOOD_HEAD + GOOD_LINK + 'latency_ll128 = "0.5"\n', "link[0].latency_ll128",
-     "must be a string with a unit"),
+     "time '0.5' has no unit"),
     (GOOD_HEAD + GOOD_LINK + "latency_ll128 = 5e-7\n", "link[0].latency_ll128",
      "must be a string with a unit"),
     (GOOD_HEAD + '[defaults]\nlatency_ll = "1e400us"\n' + GOOD_LINK, "defaults.latency_ll",
@@ -411,11 +414,11 @@ GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\n
     ('launch_latency = "-2us"\n' + GOOD_HEAD + GOOD_LINK, "launch_latency",
      "cannot read '-2us' as a time"),
     ('launch_latency_ll = "6.6"\n' + GOOD_HEAD + GOOD_LINK, "launch_latency_ll",
-     "must be a string with a unit"),
+     "time '6.6' has no unit"),
     ('launch_latency_ll128 = "1e999s"\n' + GOOD_HEAD + GOOD_LINK, "launch_latency_ll128",
      "must be finite and >= 0"),
     ('kind = "ring"\nranks = 4\nbandwidth = "1GB/s"\nlatency = "1us"\nlatency_ll = "1"\n',
-     "latency_ll", "must be a string with a unit"),
+     "latency_ll", "time '1' has no unit"),
     ('kind = "hierarchical"\nnodes = 1\ngpus_per_node = 2\nintra_bandwidth = "1GB/s"\n'
      'intra_latency = "1us"\ninter_bandwidth = "1GB/s"\ninter_latency = "1us"\n'
      'inter_latency_ll128 = "infus"\n', "inter_latency_ll128", "cannot read 'infus'"),
@@ -423,6 +426,11 @@ GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\n
      'intra_latency_ll = "1us"\n', "intra_latency_ll", "unknown key"),
     ('kind = "switch"\nranks = 4\nbandwidth = "1GB/s"\nlatency = "1us"\n'
      'launch_latency = "nan us"\n', "launch_latency", "cannot read 'nan us'"),
+    # A second entry for a direction used to be read and never used.
+    (GOOD_HEAD + GOOD_LINK + GOOD_LINK.replace('["gpu0", "gpu1"]', '"gpu1"'), "link[1]",
+     "the link gpu1 -> sw is given twice (first in link[0])"),
+    (GOOD_HEAD + GOOD_LINK + '[[link]]\nsrc = "sw"\ndst = "gpu0"\nbandwidth = "2GB/s"\n'
+     'latency = "1us"\nduplex = false\n', "link[1]", "the link sw -> gpu0 is given twice"),
 ])
 def test_bad_files_name_the_file_and_the_key(tmp_path, text, key, problem):
     path = tmp_path / "bad.toml"
@@ -457,7 +465,8 @@ TREE_LATENCIES = st.none() | st.builds(PerProtocol, LATENCIES, LATENCIES, LATENC
 @st.composite
 def topologies(draw: st.DrawFn) -> Topology:
     """Any topology whose ranks all reach each other: a duplex chain through every node in
-    some order, some extra one-way links, links shuffled."""
+    some order, some extra one-way links (a file gives each direction once), links
+    shuffled."""
     names = draw(st.lists(NAMES, min_size=2, max_size=6, unique=True))
     ranks = draw(st.permutations(names))[:draw(st.integers(1, len(names)))]
     order = draw(st.permutations(names))
@@ -469,8 +478,11 @@ def topologies(draw: st.DrawFn) -> Topology:
     extra = draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names),
                                     BANDWIDTHS, LATENCIES, LATENCIES, PROTOCOL_LATENCIES,
                                     PROTOCOL_LATENCIES, TREE_LATENCIES), max_size=6))
-    links += [Link(a, b, bw, lat, gap, ll, ll128, tree)
-              for a, b, bw, lat, gap, ll, ll128, tree in extra if a != b]
+    taken = {(link.src, link.dst) for link in links}
+    for a, b, bw, lat, gap, ll, ll128, tree in extra:
+        if a != b and (a, b) not in taken:
+            taken.add((a, b))
+            links.append(Link(a, b, bw, lat, gap, ll, ll128, tree))
     links = draw(st.permutations(links))
     reduce = draw(st.lists(BANDWIDTHS, min_size=len(ranks), max_size=len(ranks)))
     launch = draw(st.just(NO_LAUNCH_LATENCY) | st.builds(PerProtocol, LATENCIES, LATENCIES,

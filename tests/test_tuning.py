@@ -114,6 +114,12 @@ def test_forcing_a_choice_overrides_the_tuner_and_unknown_names_are_refused() ->
         simulate(nccl_allreduce, inputs, topology, algorithm="collnet")
     with pytest.raises(ValueError, match="nvls_tree runs under the simple protocol only"):
         simulate(nccl_allreduce, inputs, topology, algorithm="nvls_tree", protocol="ll")
+    # Names in any case, NCCL_ALGO's spelling too.
+    spelled = simulate(nccl_allreduce, inputs, topology, algorithm="NVLSTree", protocol="Auto")
+    assert spelled.launches[0].describe() == "nvls_tree/SIMPLE/16"
+    with pytest.raises(ValueError, match="unknown protocol 'fast'; known: simple, ll, ll128 "
+                                         "or auto"):
+        simulate(nccl_allreduce, inputs, topology, protocol="fast")
 
 
 @pytest.mark.parametrize("gpus, algorithm", [(2, "ring"), (4, "ring"), (6, "nvls")])

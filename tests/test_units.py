@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 
 import pytest
@@ -137,3 +138,12 @@ def test_a_size_in_bits_is_ambiguous_and_refused(text, suggestions) -> None:
     assert message.startswith(f"size {text!r} is ambiguous: a small b means bits")
     assert all(suggestion in message for suggestion in suggestions)
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("text", ["1", "0", "1e-6", " 2.5 "])
+def test_a_time_without_a_unit_is_refused_where_one_is_required(text) -> None:
+    # A command line's --latency 1 used to be read as one second.
+    bare = text.strip()
+    with pytest.raises(ValueError, match=re.escape(f"time {bare!r} has no unit: write {bare}s")):
+        parse_seconds(text, require_unit=True)
+    assert parse_seconds(f"{bare}us", require_unit=True) == parse_seconds(f"{bare}us")

@@ -92,6 +92,14 @@ def test_distributions_are_read_and_checked(tmp_path: Path) -> None:
             Distribution.parse(text)
     with pytest.raises(ValueError, match="needs samples"):
         Distribution("empirical")
+    # Delays take units, as every time on the command line; a lognormal's sigma takes none.
+    assert Distribution.parse("lognormal:20us,0.5", seconds=True) == Distribution(
+        "lognormal", (2e-5, 0.5))
+    for text, message in [("normal:2,1us", "'2' is not a number of seconds with a unit"),
+                          ("lognormal:20us,1.5us", "a lognormal's sigma has no unit"),
+                          ("lognormal:20us,-1.5", "sigma >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            Distribution.parse(text, seconds=True)
 
 
 def test_the_collective_level_refuses_random_variation() -> None:

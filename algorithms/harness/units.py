@@ -82,14 +82,20 @@ def _ambiguous_size(text: str, value: Decimal, unit: str) -> str:
             f"(Gb/s); {meant}")
 
 
-def parse_seconds(text: str | float) -> float:
-    """``"5us"`` -> 5e-06, ``"1.5ms"`` -> 0.0015, ``"0"`` -> 0.0."""
+def parse_seconds(text: str | float, require_unit: bool = False) -> float:
+    """``"5us"`` -> 5e-06, ``"1.5ms"`` -> 0.0015, ``"0"`` -> 0.0. With ``require_unit`` a
+    string without a unit (``"1"``) is refused, as a bandwidth without one always is: on a
+    command line or in a file, 1 could mean 1 s or 1 us."""
     if not isinstance(text, str):
         seconds = _number(text, "a time")
         if seconds == math.inf:
             raise ValueError(f"a time must be finite, got {text!r}")
         return seconds
     value, unit = _split(text, "a time (e.g. 5us, 1.5ms)")
+    if require_unit and not unit:
+        bare = text.strip()
+        raise ValueError(f"time {bare!r} has no unit: write {bare}s, {bare}ms, {bare}us or "
+                         f"{bare}ns")
     scale = _TIME_UNITS.get(unit if unit in _TIME_UNITS else unit.lower())
     if scale is None:
         raise ValueError(f"unknown time unit {unit!r} in {text!r} (use s, ms, us, ns)")
