@@ -21,7 +21,7 @@ from typing import Any
 from algorithms.buffers import split_even, split_sizes
 from algorithms.ops import (
     AVG, SUM, Alloc, Combine, Comm, Copy, Divide, Join, Recv, ReduceOp, Send, Sleep, Spawn,
-    Wait,
+    Wait, check_flag, check_root,
 )
 
 Schedule = Generator[Any, Any, Any]
@@ -108,8 +108,8 @@ def reduce(comm: Comm, x: Any, root: int = 0, op: ReduceOp = SUM, tree: bool = F
     Non-root buffers are used as scratch by the tree form.
     """
     p, r = comm.size, comm.rank
-    _check_root(root, p)
-    if not tree:
+    check_root(root, p)
+    if not check_flag(tree, "tree"):
         if r != root:
             yield Wait((yield Send(root, x, "reduce")))
             return None
@@ -138,8 +138,8 @@ def broadcast(comm: Comm, x: Any, root: int = 0, tree: bool = False) -> Schedule
     """Broadcast the root's buffer. Flat: the root sends to everyone. Tree: binomial tree,
     each rank that has the data forwards it to a rank that has not, doubling each round."""
     p, r = comm.size, comm.rank
-    _check_root(root, p)
-    if not tree:
+    check_root(root, p)
+    if not check_flag(tree, "tree"):
         if r == root:
             handles = []
             for peer in range(p):
@@ -191,7 +191,7 @@ def alltoall_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, chunked: bool = F
     p, r = comm.size, comm.rank
     sends_to = [(r + k) % p for k in range(1, p)]  # shifted order: no rank is everyone's first
     recvs_from = [(r - k) % p for k in range(1, p)]
-    if not chunked:
+    if not check_flag(chunked, "chunked"):
         yield from _fold_in_rank_order(comm, x, op, sends_to)
         yield from _finish_avg(op, x, p)
         return x
@@ -280,8 +280,3 @@ def _all_to_all_sizes(matrix: Sequence[Sequence[int]] | None, length: int, p: in
     if any(not isinstance(v, int) or v < 0 for row in rows for v in row):
         raise ValueError("split_sizes_matrix entries must be ints >= 0")
     return rows
-
-
-def _check_root(root: int, size: int) -> None:
-    if not isinstance(root, int) or not 0 <= root < size:
-        raise ValueError(f"root must be a rank in [0, {size}), got {root!r}")

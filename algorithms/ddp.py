@@ -23,7 +23,9 @@ from typing import Any
 
 from algorithms.collectives import Schedule, broadcast, reduce, ring_allreduce, run_after
 from algorithms.buffers import split_even
-from algorithms.ops import AVG, SUM, Alloc, Comm, Compute, Copy, Join, Recv, Send, Spawn, Wait
+from algorithms.ops import (
+    AVG, SUM, Alloc, Comm, Compute, Copy, Join, Recv, Send, Spawn, Wait, check_flag,
+)
 from algorithms.models import Model
 
 DEFAULT_BUCKET_CAP = 25 * 2**20  # bytes: DDP's bucket_cap_mb=25
@@ -46,9 +48,10 @@ def assign_buckets(sizes: Sequence[int], element_bytes: int,
     A tensor joins the open bucket if the bucket stays within its cap, else it opens the
     next one. The first bucket's cap is ``first_cap_bytes``, the others' ``cap_bytes``.
     """
-    if cap_bytes < 1 or first_cap_bytes < 1 or element_bytes < 1:
-        raise ValueError(f"bucket caps and element size must be >= 1 byte, got cap "
-                         f"{cap_bytes}, first cap {first_cap_bytes}, element {element_bytes}")
+    for name, value in (("bucket cap", cap_bytes), ("first bucket cap", first_cap_bytes),
+                        ("element size", element_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"the {name} must be an int >= 1 byte, got {value!r}")
     buckets: list[list[int]] = []
     filled = 0
     for index, size in enumerate(sizes):
@@ -107,6 +110,7 @@ def ddp_step(comm: Comm, model: Model, grads: Sequence[Any], buckets: Sequence[S
     its gradients are ready, beside the rest of backward; without, all of them are queued
     once backward is done.
     """
+    check_flag(overlap, "overlap")
     for layer in model.layers:
         yield Compute(layer.forward_seconds, f"forward {layer.name}")
     launcher = BucketLauncher(buckets)

@@ -32,7 +32,7 @@ from typing import Any
 from algorithms.buffers import split_even
 from algorithms.collectives import Schedule, all_gather, reduce_scatter, run_after
 from algorithms.models import Model
-from algorithms.ops import AVG, Comm, Compute, Copy, Footprint, Join, Spawn
+from algorithms.ops import AVG, Comm, Compute, Copy, Footprint, Join, Spawn, check_flag
 
 BACKWARD_PRE, BACKWARD_POST = "pre", "post"
 
@@ -73,8 +73,11 @@ def fsdp_step(comm: Comm, model: Model, shards: Sequence[Any], gathered: Sequenc
     if backward_prefetch not in (BACKWARD_PRE, BACKWARD_POST, None):
         raise ValueError(f"backward_prefetch must be {BACKWARD_PRE!r}, {BACKWARD_POST!r} or "
                          f"None, got {backward_prefetch!r}")
-    if limit_all_gathers < 1:
-        raise ValueError(f"limit_all_gathers must be >= 1, got {limit_all_gathers}")
+    if isinstance(limit_all_gathers, bool) or not isinstance(limit_all_gathers, int) or (
+            limit_all_gathers < 1):
+        raise ValueError(f"limit_all_gathers must be an int >= 1, got {limit_all_gathers!r}")
+    check_flag(forward_prefetch, "forward_prefetch")
+    check_flag(reshard_after_forward, "reshard_after_forward")
     units = _Units(comm, model, shards, gathered, grads, shard_grads, limit_all_gathers,
                    all_gather_algorithm, reduce_scatter_algorithm)
     yield Footprint(units.sharded_bytes, "parameter shards")

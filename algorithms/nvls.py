@@ -35,7 +35,7 @@ from algorithms.collectives import Schedule
 from algorithms.nccl_tree import double_binary_tree, node_depth
 from algorithms.ops import (
     AVG, SUM, Comm, Divide, Join, Launch, Multicast, Protocol, Recv, RecvReduce, ReduceOp,
-    Send, Spawn, Wait, check_channels,
+    Send, Spawn, Wait, check_channels, check_flag,
 )
 
 # NCCL's NVLS channels on H100 (NVLS_NCHANNELS_SM90) and its largest chunk per GPU and step
@@ -134,8 +134,7 @@ def tree_depth(nodes: int) -> int:
 
 
 def _check(channels: int, chunk_bytes: int, registered: bool) -> None:
-    if type(registered) is not bool:
-        raise ValueError(f"registered must be True or False, got {registered!r}")
+    check_flag(registered, "registered")
     check_channels(channels)
     if type(chunk_bytes) is not int or chunk_bytes < 0:
         raise ValueError(f"chunk_bytes must be an int >= 0 (0: NCCL's), got {chunk_bytes!r}")

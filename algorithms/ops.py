@@ -74,6 +74,21 @@ def check_channels(channels: object, zero_means: str = "") -> int:
     return channels
 
 
+def check_root(root: object, size: int) -> int:
+    """``root`` if it is a rank of a world of ``size``; else a ValueError naming it."""
+    if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < size:
+        raise ValueError(f"root must be a rank in [0, {size}), got {root!r}")
+    return root
+
+
+def check_flag(value: object, name: str) -> bool:
+    """``value`` if it is True or False; else a ValueError naming ``name`` (a string such as
+    "false" would otherwise count as true)."""
+    if type(value) is not bool:
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def _bad_rank(value: object, what: str) -> ValueError:
     return ValueError(f"{what} must be a non-negative int rank, got {value!r}")
 

@@ -17,10 +17,11 @@ class SizeOnly:
     dtype: np.dtype
 
     def __init__(self, count: int, dtype: Any = np.float32) -> None:
-        if not isinstance(count, (int, np.integer)) or count < 0:
+        if (isinstance(count, bool) or not isinstance(count, (int, np.integer))
+                or count < 0):
             raise ValueError(f"SizeOnly count must be an int >= 0, got {count!r}")
         object.__setattr__(self, "count", int(count))
-        object.__setattr__(self, "dtype", np.dtype(dtype))
+        object.__setattr__(self, "dtype", check_dtype(np.dtype(dtype), "SizeOnly"))
 
     def __len__(self) -> int:
         return self.count
@@ -47,3 +48,14 @@ class SizeOnly:
     def itemsize(self) -> int:
         """Bytes per element."""
         return self.dtype.itemsize
+
+
+def check_dtype(dtype: np.dtype, what: str) -> np.dtype:
+    """``dtype`` if it holds numbers a collective can reduce and copy: booleans, integers,
+    floats, complex numbers and ml_dtypes' floats (bfloat16, float8); else a ValueError
+    naming ``what`` (strings, objects, dates and records are not data to all-reduce)."""
+    if dtype.kind in "biufc" or (dtype.kind == "V" and dtype.fields is None
+                                 and dtype.type.__module__ == "ml_dtypes"):
+        return dtype
+    raise ValueError(f"{what}: dtype {dtype} holds no numbers to reduce (use an integer, "
+                     "float, complex or bool dtype)")

@@ -53,6 +53,7 @@ from algorithms.nvls import (
 )
 from algorithms.ops import (
     AVG, SUM, Choice, Comm, Launch, Protocol, ReduceOp, Sleep, Tuner, check_channels,
+    check_flag, check_root,
 )
 from algorithms.tuned import (
     ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, choose, nccl_all_gather, nccl_allreduce,
@@ -503,8 +504,8 @@ def _reduce_broadcast_cost(machine: Machine, count: int, itemsize: int, op: Redu
 def _tree_cost(topology: Topology, nbytes: int, root: int, tree: bool, op: ReduceOp,
                phases: list[str]) -> CollectiveCost:
     p = topology.size
-    if not isinstance(root, int) or not 0 <= root < p:
-        raise ValueError(f"root must be a rank in [0, {p}), got {root!r}")
+    check_root(root, p)
+    check_flag(tree, "tree")
     traffic, times = _Traffic(topology), np.zeros(p)
     memory = 1.0 / np.asarray(topology.reduce_bandwidth, dtype=float)
     for phase in phases:

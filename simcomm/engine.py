@@ -73,7 +73,7 @@ from algorithms.protocol import (
     RunLimitError, Span, Task, UnreceivedMessageError,
 )
 from algorithms import reference
-from simcomm.buffers import SizeOnly
+from simcomm.buffers import SizeOnly, check_dtype
 from simcomm.chrome_trace import write_chrome_trace
 from simcomm.collective_level import (
     AUTO_MESSAGE_LIMIT, choose_level, has_collective_model, run_collective_level,
@@ -839,6 +839,18 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @contextmanager
+def _finite_costs(topology: Topology) -> Iterator[None]:
+    """Name a cost that came to infinity (an OverflowError where seconds meet the clock's
+    integer ticks, or numpy's integers) as the inputs' doing."""
+    try:
+        yield
+    except OverflowError:
+        raise ValueError(
+            f"a cost in this run on {topology.name!r} came to infinity: a bandwidth or speed "
+            "too small, or a latency, delay or buffer too large, for floating point") from None
+
+
+@contextmanager
 def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off for the block, as it was after. A run makes no
     reference cycle per message (see ``_Handle``), so refcounting frees what it drops; but
@@ -864,7 +876,7 @@ def _counted_at_collective_level(algorithm: Callable[..., Any], inputs: Sequence
         return None
     try:
         check_ranks(topology, inputs)
-        with _collector_paused():
+        with _collector_paused(), _finite_costs(topology):
             return run_collective_level(algorithm, inputs, topology, tuner, **params)
     except (ValueError, TypeError):
         return None
@@ -907,6 +919,23 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     the message level wherever a message-level option is given); ``SimResult.level`` says
     which ran.
     """
+    # Checks that hold at either level, before choosing one.
+    if eager_limit is not None and (type(eager_limit) is not int or eager_limit < 0):
+        raise ValueError(f"eager_limit must be an int of bytes >= 0 or None, got "
+                         f"{eager_limit!r}")
+    if max_ops is not None and (type(max_ops) is not int or max_ops < 1):
+        raise ValueError(f"max_ops must be an int >= 1 or None, got {max_ops!r}")
+    if max_time is not None and not (isinstance(max_time, (int, float))
+                                     and not isinstance(max_time, bool) and max_time > 0
+                                     and not math.isnan(max_time)):
+        raise ValueError(f"max_time must be a number of seconds > 0 or None, got "
+                         f"{max_time!r}")
+    if type(record) is not bool:
+        raise ValueError(f"record must be True or False, got {record!r}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable (messages) -> None, got {progress!r}")
+    if tuner is not None and not callable(tuner):
+        raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got {tuner!r}")
     size_only = all(isinstance(buf, SizeOnly) for buf in inputs)
     asked, level = level, choose_level(level, algorithm, topology.size, size_only)
     message_options = any(option is not None for option in (trace, eager_limit, jitter,
@@ -923,7 +952,7 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
             raise ValueError(f"{', '.join(given)}: message-level options, but level is "
                              "collective")
         check_ranks(topology, inputs)
-        with _collector_paused():
+        with _collector_paused(), _finite_costs(topology):
             return run_collective_level(algorithm, inputs, topology, tuner, **params)
     if trace is not None and not record:
         raise ValueError("trace= writes the op trace, so it needs record=True")
@@ -932,22 +961,13 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     if variation is not None and not isinstance(variation, Variation):
         raise TypeError(f"variation must be a simcomm.variation.Variation or None, got "
                         f"{variation!r}")
-    if eager_limit is not None and (type(eager_limit) is not int or eager_limit < 0):
-        raise ValueError(f"eager_limit must be an int of bytes >= 0 or None, got "
-                         f"{eager_limit!r}")
-    if max_ops is not None and (type(max_ops) is not int or max_ops < 1):
-        raise ValueError(f"max_ops must be an int >= 1 or None, got {max_ops!r}")
-    if max_time is not None and not (isinstance(max_time, (int, float))
-                                     and not isinstance(max_time, bool) and max_time > 0
-                                     and not math.isnan(max_time)):
-        raise ValueError(f"max_time must be a number of seconds > 0 or None, got "
-                         f"{max_time!r}")
     check_ranks(topology, inputs)
     buffers = []
     for rank, buf in enumerate(inputs):
         if isinstance(buf, np.ndarray):
             if buf.ndim != 1:
                 raise ValueError(f"input of rank {rank} must be 1-D, got shape {buf.shape}")
+            check_dtype(buf.dtype, f"input of rank {rank}")
             buffers.append(buf.copy())
         elif isinstance(buf, SizeOnly):
             buffers.append(buf)
@@ -963,8 +983,6 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                       variation=variation, progress=progress)
     if tuner is None:
         tuner = ModelTuner(topology)
-    elif not callable(tuner):
-        raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got {tuner!r}")
     gens = []
     for rank in range(topology.size):
         gen = algorithm(Comm(rank, topology.size, topology.local_size, tuner), buffers[rank],
@@ -973,15 +991,13 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
             raise TypeError(f"{getattr(algorithm, '__name__', algorithm)!r} did not return a "
                             "generator: an algorithm is a generator function that yields ops")
         gens.append(gen)
-    with _collector_paused():
-        try:
-            for rank, gen in enumerate(gens):
-                sim.start_main(rank, gen)
-            sim.env.run(until=None if max_time is None else _ticks(max_time))
-        except OverflowError:  # a cost of inf seconds met the clock's integer ticks
-            raise ValueError(
-                f"a cost in this run on {topology.name!r} came to infinity: a bandwidth or "
-                "speed too small, or a latency or delay too large, for floating point")
+    # A bound past what the clock's ticks hold as a float bounds nothing.
+    until = (_ticks(max_time) if max_time is not None
+             and math.isfinite(max_time * TICKS_PER_SECOND) else None)
+    with _collector_paused(), _finite_costs(topology):
+        for rank, gen in enumerate(gens):
+            sim.start_main(rank, gen)
+        sim.env.run(until=until)
     limit = math.inf if max_time is None else max_time
     sim.check_finished(limit)
     wires = len(topology.links)  # the channels' pipes come after them

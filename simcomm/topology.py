@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -53,6 +54,15 @@ class Link:
     tree_latency: PerProtocol | None = None
 
     def __post_init__(self) -> None:
+        for name in ("src", "dst"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"link {name} must be a node's name, got "
+                                f"{getattr(self, name)!r}")
+        for name in ("bandwidth", "latency", "gap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"link {self.src}->{self.dst}: {name} must be a number, got "
+                                f"{value!r}")
         if not self.bandwidth > 0:
             raise ValueError(f"link {self.src}->{self.dst}: bandwidth must be > 0, "
                              f"got {self.bandwidth!r}")
@@ -223,11 +233,15 @@ class Topology:
             raise ValueError(f"topology {self.name!r}: ll128_enabled must be True or False, "
                              f"got {self.ll128_enabled!r}")
         ranked = set(self.ranks)
+        if isinstance(self.reducing_switches, str):  # a name, not a tuple of names
+            raise ValueError(f"topology {self.name!r}: reducing_switches must be a tuple of "
+                             f"node names, got {self.reducing_switches!r}")
         for node in self.reducing_switches:
             if node not in known or node in ranked:
                 raise ValueError(f"topology {self.name!r}: reducing switch {node!r} is not a "
                                  "switch node of the topology")
         if not (isinstance(self.switch_efficiency, (int, float))
+                and not isinstance(self.switch_efficiency, bool)
                 and 0 < self.switch_efficiency <= 1):
             raise ValueError(f"topology {self.name!r}: switch_efficiency must be in (0, 1], "
                              f"got {self.switch_efficiency!r}")
@@ -503,7 +517,7 @@ def _link_with(src: str, dst: str, bandwidth: float, latency: float | PerProtoco
 
 
 def _gpus(n: int, prefix: str = "gpu") -> list[str]:
-    if not isinstance(n, int) or n < 1:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"number of ranks must be an int >= 1, got {n!r}")
     if n > MAX_RANKS:
         raise ValueError(f"number of ranks must be at most {MAX_RANKS:,}, got {n:,}")
@@ -589,7 +603,14 @@ def make_topology(kind: str, ranks: int, bandwidth: float, latency: float,
                   inter_bandwidth: float | None = None, inter_latency: float | None = None
                   ) -> Topology:
     """Build a topology by name; ``hierarchical`` needs ``gpus_per_node`` dividing ``ranks``
-    and takes the network's figures from ``inter_*`` (default: the intra-node ones)."""
+    and takes the network's figures from ``inter_*`` (default: the intra-node ones); the
+    others take none of them."""
+    if kind != "hierarchical":
+        given = [name for name, value in (("gpus_per_node", gpus_per_node),
+                                          ("inter_bandwidth", inter_bandwidth),
+                                          ("inter_latency", inter_latency)) if value is not None]
+        if given:
+            raise ValueError(f"{kind}: {', '.join(given)} apply to hierarchical only")
     if kind == "ring":
         return ring(ranks, bandwidth, latency, reduce_bandwidth)
     if kind == "fully_connected":
@@ -598,12 +619,12 @@ def make_topology(kind: str, ranks: int, bandwidth: float, latency: float,
         return switch(ranks, bandwidth, latency, reduce_bandwidth)
     if kind == "hierarchical":
         per_node = min(ranks, 8) if gpus_per_node is None else gpus_per_node
-        if not isinstance(per_node, int) or per_node < 1:
+        if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
             raise ValueError(f"hierarchical: gpus_per_node must be an int >= 1, got {per_node!r}")
         if ranks % per_node:
             raise ValueError(f"hierarchical: {ranks} ranks do not fill nodes of {per_node} GPUs")
         return hierarchical(ranks // per_node, per_node, bandwidth, latency,
-                            inter_bandwidth or bandwidth,
+                            bandwidth if inter_bandwidth is None else inter_bandwidth,
                             latency if inter_latency is None else inter_latency,
                             reduce_bandwidth=reduce_bandwidth)
     raise ValueError(f"unknown topology {kind!r}; known: {', '.join(TOPOLOGIES)}")

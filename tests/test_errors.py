@@ -371,3 +371,63 @@ def test_a_bad_root_is_rejected(algorithm, root) -> None:
 def test_comm_rejects_a_bad_rank_or_size(rank, size, message) -> None:
     with pytest.raises(ValueError, match=message):
         Comm(rank, size)
+
+
+# -- the Python API's arguments, at either level --------------------------------------------
+
+def _bad_api_calls():
+    from algorithms import alltoall_allreduce
+    from algorithms.harness.model_presets import preset_model
+    from simcomm.training import simulate_ddp, simulate_fsdp
+    four, sizes = ring(4, 1e9, 1e-6), [SizeOnly(16)] * 4
+    model = preset_model("resnet50")
+    return [
+        (lambda: simulate(broadcast, sizes, four, tree="false"), "tree must be True or False"),
+        (lambda: simulate(broadcast, sizes, four, level="collective", tree="no"),
+         "tree must be True or False"),
+        (lambda: simulate(broadcast, sizes, four, level="collective", root=True),
+         r"root must be a rank in \[0, 4\), got True"),
+        (lambda: simulate(alltoall_allreduce, sizes, four, chunked="no"),
+         "chunked must be True or False"),
+        (lambda: simulate(ring_allreduce, [np.array(list("abcd"))] * 4, four),
+         "input of rank 0: dtype <U1 holds no numbers"),
+        (lambda: SizeOnly(True), "count must be an int >= 0, got True"),
+        (lambda: SizeOnly(4, object), "dtype object holds no numbers"),
+        (lambda: simulate(ring_allreduce, sizes, four, level="collective", max_time=-5),
+         "max_time must be a number of seconds > 0"),
+        (lambda: simulate(ring_allreduce, sizes, four, level="collective", record="x"),
+         "record must be True or False"),
+        (lambda: simulate(ring_allreduce, [SizeOnly(2**70)] * 4, four, level="collective"),
+         "came to infinity"),
+        (lambda: ring(True, 1e9, 1e-6), "number of ranks must be an int >= 1, got True"),
+        (lambda: make_topology("ring", 4, 1e9, 1e-6, inter_bandwidth=1e9),
+         "ring: inter_bandwidth apply to hierarchical only"),
+        (lambda: make_topology("hierarchical", 4, 1e9, 1e-6, gpus_per_node=2,
+                               inter_bandwidth=0), "bandwidth must be > 0, got 0"),
+        (lambda: Topology("t", ("g0", "sw"), (), ("g0",), (1.0,), reducing_switches="sw"),
+         "reducing_switches must be a tuple of node names"),
+        (lambda: simulate_ddp(model, switch(2, 1e9, 1e-6), overlap="no"),
+         "overlap must be True or False"),
+        (lambda: simulate_ddp(model, switch(2, 1e9, 1e-6), bucket_cap=math.nan),
+         "the bucket cap must be an int >= 1 byte, got nan"),
+        (lambda: simulate_fsdp(model, switch(2, 1e9, 1e-6), forward_prefetch="no"),
+         "forward_prefetch must be True or False"),
+        (lambda: simulate_fsdp(model, switch(2, 1e9, 1e-6), limit_all_gathers=1.5),
+         "limit_all_gathers must be an int >= 1, got 1.5"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(18))
+def test_the_apis_bad_arguments_are_named_at_either_level(case) -> None:
+    call, message = _bad_api_calls()[case]
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+
+
+def test_a_bound_past_the_clocks_range_bounds_nothing() -> None:
+    sizes, four = [SizeOnly(16)] * 4, ring(4, 1e9, 1e-6)
+    plain = simulate(ring_allreduce, sizes, four).time
+    assert simulate(ring_allreduce, sizes, four, max_time=math.inf).time == plain
+    assert simulate(ring_allreduce, sizes, four, max_time=1e300).time == plain
+    with pytest.raises(TypeError, match="bandwidth must be a number, got True"):
+        Link("a", "b", True, 1e-6)
