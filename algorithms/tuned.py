@@ -55,8 +55,12 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
     picked = (comm.tuner(collective, nbytes) if comm.tuner is not None
               else Choice("ring", Protocol.SIMPLE, 0))
     best_for = getattr(comm.tuner, "best_for", None)
-    if algorithm not in (AUTO, picked.algorithm) and best_for is not None:
+    if isinstance(picked, Choice) and algorithm not in (AUTO, picked.algorithm) and (
+            best_for is not None):
         picked = best_for(collective, nbytes, algorithm)  # as NCCL_ALGO does
+    if not isinstance(picked, Choice):
+        raise TypeError(f"the tuner returned {picked!r} for {collective} of {nbytes} bytes, "
+                        "not a Choice(algorithm, protocol, channels)")
     return Choice(picked.algorithm if algorithm == AUTO else algorithm,
                   picked.protocol if forced is None else forced,
                   channels or (picked.channels if algorithm in (AUTO, picked.algorithm)

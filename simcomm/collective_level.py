@@ -30,6 +30,7 @@ above, not exact. ``docs/scale.md`` measures both.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -861,6 +862,10 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
         raise ValueError(f"the collective level needs one buffer length and dtype on every "
                          f"rank, got {len(shapes)} different ones")
     (count, dtype), = shapes
+    unknown = set(params) - set(inspect.signature(algorithm).parameters)
+    if unknown:  # the cost function's own name would mislead
+        raise TypeError(f"{algorithm.__name__}() got unexpected keyword arguments "
+                        f"{', '.join(sorted(unknown))}")
     cost = model.cost(Machine(topology, tuner), count, dtype.itemsize, **params)
     links = [] if cost.link_bytes is None or cost.link_busy is None else link_stats(
         topology.links, cost.link_bytes.astype(np.int64).tolist(), cost.link_busy.tolist())

@@ -59,6 +59,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -932,6 +933,12 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                          f"{max_time!r}")
     if type(record) is not bool:
         raise ValueError(f"record must be True or False, got {record!r}")
+    if isinstance(trace, (str, os.PathLike)):  # refused now, not after the whole run
+        where = Path(trace)
+        if where.is_dir() or not where.parent.is_dir():
+            raise ValueError(f"trace {str(trace)!r}: " + (
+                "is a folder: name a file" if where.is_dir()
+                else f"folder {str(where.parent)!r} does not exist"))
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable (messages) -> None, got {progress!r}")
     if tuner is not None and not callable(tuner):

@@ -431,3 +431,18 @@ def test_a_bound_past_the_clocks_range_bounds_nothing() -> None:
     assert simulate(ring_allreduce, sizes, four, max_time=1e300).time == plain
     with pytest.raises(TypeError, match="bandwidth must be a number, got True"):
         Link("a", "b", True, 1e-6)
+
+
+def test_a_tuner_a_trace_and_keywords_are_checked_before_the_run(tmp_path) -> None:
+    from algorithms import nccl_allreduce
+    sizes, four = [SizeOnly(16)] * 4, ring(4, 1e9, 1e-6)
+    with pytest.raises(TypeError, match="the tuner returned 5 for allreduce of 64 bytes, not "
+                                        "a Choice"):
+        simulate(nccl_allreduce, sizes, four, tuner=lambda collective, nbytes: 5)
+    with pytest.raises(TypeError, match="ring_allreduce.. got unexpected keyword arguments "
+                                        "chunks"):
+        simulate(ring_allreduce, sizes, four, level="collective", chunks=2)
+    with pytest.raises(ValueError, match="is a folder: name a file"):
+        simulate(ring_allreduce, sizes, four, trace=tmp_path)
+    with pytest.raises(ValueError, match="does not exist"):
+        simulate(ring_allreduce, sizes, four, trace=tmp_path / "no" / "trace.json")

@@ -291,3 +291,20 @@ def test_a_forced_tree_across_b200_nodes_keeps_nccls_ceiling_per_channel() -> No
     # NCCL's default on two nodes is NVLS-tree, which the tree no longer ties.
     assert ModelTuner(make_preset("cluster-b200:nodes=2"))("allreduce", nbytes).algorithm == (
         "nvls_tree")
+
+
+def test_a_tuner_file_is_read_as_a_spreadsheet_saves_it_or_refused_naming_it(tmp_path) -> None:
+    saved = tmp_path / "bom.csv"  # a spreadsheet's byte-order mark
+    saved.write_bytes(b"\xef\xbb\xbfallreduce,0,100,ring,ll,-1,-1,-1\n")
+    assert read_tuner_file(saved)[0].choice == Choice("ring", Protocol.LL, 0)
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(b"# caf\xe9\nallreduce,0,100,ring,ll,-1,-1,-1\n")
+    for path, message in ((latin, "cannot read tuner file"), (tmp_path, "cannot read tuner"),
+                          (tmp_path / "none.csv", "cannot read tuner file")):
+        with pytest.raises(TunerFileError, match=message):
+            read_tuner_file(path)
+    for line, message in (("allreduce,0,100,ring,ll,-1,-1,-1,--1", "numPipeOps must be"),
+                          (f"allreduce,0,{2**64},ring,ll,-1,-1,-1", "max_bytes must be at most")):
+        saved.write_text(line + "\n")
+        with pytest.raises(TunerFileError, match=message):
+            read_tuner_file(saved)

@@ -17,6 +17,7 @@ algorithm and protocol (a reduce-scatter by tree, NVLS under LL) decides nothing
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +100,10 @@ def format_tuner_file(rows: Iterable[TunerRow], comments: Sequence[str] = ()) ->
 def read_tuner_file(path: str | os.PathLike[str]) -> list[TunerRow]:
     """The rows of a tuner file, checked; errors name the file, the line and the field."""
     rows = []
-    text = Path(path).read_text(encoding="utf-8")
+    try:  # utf-8-sig: a spreadsheet's byte-order mark is no part of the first field
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise TunerFileError(f"cannot read tuner file {path}: {error}") from None
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -119,8 +123,9 @@ def _parse_row(line: str) -> TunerRow:
     collective, low, high, algorithm, protocol, channels, nodes, ranks = fields[:8]
     for name, text, allowed in zip(("numPipeOps", "regBuff"), fields[8:],
                                    ("-1 or >= 1", "-1, 0 or 1")):
-        if not (text.lstrip("-").isdigit() and (int(text) in (-1, 0, 1) if name == "regBuff"
-                                                 else int(text) == -1 or int(text) >= 1)):
+        if not (re.fullmatch(r"-?[0-9]+", text) and (int(text) in (-1, 0, 1)
+                                                      if name == "regBuff"
+                                                      else int(text) == -1 or int(text) >= 1)):
             raise ValueError(f"{name} must be {allowed}, got {text!r}")
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective_type {collective!r}; known: "
@@ -140,6 +145,8 @@ def _parse_row(line: str) -> TunerRow:
         if numbers[name] < least or numbers[name] == 0 and not name.endswith("bytes"):
             raise ValueError(f"{name} must be {'>= 0' if least == 0 else '-1 or >= 1'}, "
                              f"got {text}")
+    if numbers["max_bytes"] > MAX_BYTES:
+        raise ValueError(f"max_bytes must be at most {MAX_BYTES} (size_t's largest), got {high}")
     if numbers["min_bytes"] > numbers["max_bytes"]:
         raise ValueError(f"min_bytes {low} is above max_bytes {high}")
     if -1 < numbers["nRanks"] < numbers["nNodes"]:
