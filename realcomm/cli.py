@@ -44,6 +44,16 @@ from realcomm.launch import (
     spawn,
 )
 
+# The timeout bounds the start-up rendezvous of the processes too, and torch counts it in
+# whole milliseconds (a shorter one is 0 and fails at once): below a second (the unit of
+# nccl-tests' -T) it fails a sound run on a busy machine. Above a day it is no timeout, and
+# torch's socket code overflows on 1e10 s (a timeout "after 10000000000000ms" at once).
+MIN_TIMEOUT = 1.0
+MAX_TIMEOUT = 86400.0
+# Each local process is a Python interpreter with torch loaded (about 250 MB) on this one
+# machine; more ranks than this belong on several machines, under torchrun.
+MAX_NPROCS = 256
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``realcomm`` command line on ``argv`` (default ``sys.argv[1:]``); return the
@@ -76,7 +86,8 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     add_bench_arguments(parser)
     run = parser.add_argument_group("processes and timing")
     run.add_argument("--nprocs", type=int, metavar="N",
-                     help="spawn N local processes (not under torchrun)")
+                     help=f"spawn N local processes (not under torchrun), at most "
+                          f"{MAX_NPROCS}: each is a Python interpreter with torch loaded")
     run.add_argument("--device", choices=("cpu", "cuda"),
                      help="where the buffers live (default: cpu with --nprocs, else cuda "
                           "if there is one)")
@@ -100,8 +111,8 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--baseline", default="none", choices=BASELINES,
                      help="native: time torch's own collective of the same kind instead")
     run.add_argument("-T", "--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                     help=f"give up on a silent peer after this long (default "
-                          f"{DEFAULT_TIMEOUT:g}; nccl-tests' -T)")
+                     help=f"give up on a silent peer after this long, {MIN_TIMEOUT:g} to "
+                          f"{MAX_TIMEOUT:g} (default {DEFAULT_TIMEOUT:g}; nccl-tests' -T)")
     run.add_argument("--slice-bytes", default=str(DEFAULT_SLICE_BYTES), metavar="SIZE",
                      help="send larger messages in slices of this size, 0 for whole "
                           f"(default {DEFAULT_SLICE_BYTES})")
@@ -177,10 +188,16 @@ def _bench_header(config: BenchConfig, options: RunOptions, backend: str, world_
     return header
 
 
+def _check_timeout(flag: str, seconds: float) -> None:
+    """Refuse a timeout that is not finite or outside ``MIN_TIMEOUT``..``MAX_TIMEOUT``
+    before any process starts, naming ``flag``."""
+    if not (math.isfinite(seconds) and MIN_TIMEOUT <= seconds <= MAX_TIMEOUT):
+        raise ValueError(f"{flag} must be a finite number of seconds > 0, from "
+                         f"{MIN_TIMEOUT:g} to {MAX_TIMEOUT:g} (a day), got {seconds:g}")
+
+
 def _options_from_args(args: argparse.Namespace) -> RunOptions:
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise ValueError(f"--timeout must be a finite number of seconds > 0, got "
-                         f"{args.timeout:g}")
+    _check_timeout("-T/--timeout", args.timeout)
     try:
         slice_bytes = parse_size(args.slice_bytes)
     except ValueError as error:
@@ -215,6 +232,10 @@ def _on_every_rank(args: argparse.Namespace, fn: Callable[..., Any], fn_args: tu
     if args.nprocs is not None:
         if args.nprocs < minimum:
             raise ValueError(f"--nprocs must be >= {minimum}{reason}, got {args.nprocs}")
+        if args.nprocs > MAX_NPROCS:
+            raise ValueError(f"--nprocs must be at most {MAX_NPROCS} (each is a Python "
+                             f"interpreter with torch on this machine; run more under "
+                             f"torchrun on several), got {args.nprocs}")
         if in_launcher_env():
             raise ValueError("--nprocs spawns processes itself: do not give it under torchrun")
         if check_world is not None:
@@ -247,7 +268,9 @@ def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
                     "them to a measurements file (JSON), from which simcomm fit makes a "
                     "topology file. Start it under torchrun, or give --nprocs.")
     parser.add_argument("--nprocs", type=int, metavar="N",
-                        help="spawn N local processes (not under torchrun); at least 2")
+                        help=f"spawn N local processes (not under torchrun); at least 2, at "
+                             f"most {MAX_NPROCS}: each is a Python interpreter with torch "
+                             "loaded")
     parser.add_argument("--out", required=True, metavar="FILE.json", type=output_file,
                         help="where to write the measurements")
     parser.add_argument("--sizes", metavar="LIST",
@@ -265,8 +288,8 @@ def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--backend", choices=("gloo", "nccl"),
                         help="default: nccl for cuda, gloo for cpu")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"give up on a silent peer after this long (default "
-                             f"{DEFAULT_TIMEOUT:g})")
+                        help=f"give up on a silent peer after this long, {MIN_TIMEOUT:g} to "
+                             f"{MAX_TIMEOUT:g} (default {DEFAULT_TIMEOUT:g})")
     parser.set_defaults(run=calibrate)
 
 
@@ -277,6 +300,7 @@ def calibrate(args: argparse.Namespace) -> int:
         raise ValueError(f"--iters must be >= 1, got {args.iters}")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    _check_timeout("--timeout", args.timeout)
     ran = _on_every_rank(args, measure, (tuple(sizes), args.iters, WARMUP_ITERS),
                          minimum=2, reason=" to measure links", timeout=args.timeout,
                          timing=args.timing, rounds=args.rounds)

@@ -90,8 +90,41 @@ def init_from_env(device: torch.device | str | None = None, backend: str | None 
     if missing:
         raise RuntimeError(f"the environment lacks {', '.join(missing)}: start with torchrun "
                            "(or use spawn for local processes)")
-    local_rank = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
+    local_rank = _check_launcher_env()
     return _init(local_rank, device, backend, timeout, init_method="env://")
+
+
+def _env_int(name: str, low: int, high: int | None = None, why: str = "") -> int:
+    """The launcher's variable ``name``, an int from ``low`` to ``high`` (None: no upper
+    bound); ``ValueError`` naming it otherwise, where torch would say only "invalid literal
+    for int()", or wait until the timeout for a rank that never comes."""
+    text = os.environ[name]
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} in the environment is not an integer") from None
+    if high is None and value < low:
+        raise ValueError(f"{name}={value} in the environment must be >= {low}")
+    if high is not None and not low <= value <= high:
+        raise ValueError(f"{name}={value} in the environment must be from {low} to "
+                         f"{high}{why}")
+    return value
+
+
+def _check_launcher_env() -> int:
+    """Check the launcher's variables before torch reads them; return the local rank
+    (``LOCAL_RANK``, else ``RANK``)."""
+    world_size = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0, world_size - 1, f" (WORLD_SIZE={world_size})")
+    _env_int("MASTER_PORT", 1, 65535)
+    if "LOCAL_RANK" not in os.environ:
+        return rank
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        local_world_size = _env_int("LOCAL_WORLD_SIZE", 1, world_size,
+                                    f" (WORLD_SIZE={world_size})")
+        return _env_int("LOCAL_RANK", 0, local_world_size - 1,
+                        f" (LOCAL_WORLD_SIZE={local_world_size})")
+    return _env_int("LOCAL_RANK", 0, world_size - 1, f" (WORLD_SIZE={world_size})")
 
 
 def load_kernels_eagerly_for_nccl(device: torch.device | str | None, backend: str | None
@@ -174,32 +207,38 @@ class LocalGroup:
         pending = {conn: rank for rank, conn in enumerate(self.results)}
         sentinels = {p.sentinel: rank for rank, p in enumerate(self.processes)}
         deadline = math.inf
-        while len(results) + len(failed) < len(self.processes):
-            timeout = None if deadline == math.inf else max(0.0, deadline - time.monotonic())
-            ready = wait([*pending, *sentinels], timeout)
-            if not ready:
-                break  # the grace period is over
-            for item in ready:
-                if item in pending:
-                    rank = pending.pop(item)
-                    try:
-                        ok, value = item.recv()
-                    except EOFError:  # the process has ended without a result
-                        failed[rank] = None
-                        continue
-                    if ok:
-                        results[rank] = value
-                    else:
-                        failed[rank] = value
-                elif item in sentinels:
-                    rank = sentinels.pop(item)
-                    conn = self.results[rank]
-                    # Its result (or the end of the pipe) may still be there to read.
-                    if conn in pending and not conn.poll():
-                        del pending[conn]
-                        failed[rank] = None
-            if failed and deadline == math.inf:
-                deadline = time.monotonic() + grace
+        try:
+            while len(results) + len(failed) < len(self.processes):
+                timeout = None if deadline == math.inf else max(0.0, deadline - time.monotonic())
+                ready = wait([*pending, *sentinels], timeout)
+                if not ready:
+                    break  # the grace period is over
+                for item in ready:
+                    if item in pending:
+                        rank = pending.pop(item)
+                        try:
+                            ok, value = item.recv()
+                        except EOFError:  # the process has ended without a result
+                            failed[rank] = None
+                            continue
+                        if ok:
+                            results[rank] = value
+                        else:
+                            failed[rank] = value
+                    elif item in sentinels:
+                        rank = sentinels.pop(item)
+                        conn = self.results[rank]
+                        # Its result (or the end of the pipe) may still be there to read.
+                        if conn in pending and not conn.poll():
+                            del pending[conn]
+                            failed[rank] = None
+                if failed and deadline == math.inf:
+                    deadline = time.monotonic() + grace
+        except BaseException:
+            # Ctrl-C, most likely: no process may outlive this one (each would wait on its
+            # peers until the timeout, and multiprocessing would wait for each at exit).
+            self.terminate(grace)
+            raise
         running = [rank for rank in range(len(self.processes))
                    if rank not in results and rank not in failed]
         for rank in running:
@@ -211,6 +250,15 @@ class LocalGroup:
         if failed:
             raise self._error(failed, running, grace)
         return [results[rank] for rank in range(len(self.processes))]
+
+    def terminate(self, grace: float = DEFAULT_GRACE) -> None:
+        """Terminate every process still running and wait for it to exit; kill those still
+        there after ``grace`` seconds."""
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+        self._reap(time.monotonic() + grace)
+        self.store = None
 
     def _reap(self, until: float) -> None:
         """Wait for every process to exit until ``until`` (monotonic seconds); kill the
@@ -334,21 +382,28 @@ def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
     store = dist.TCPStore(LOOPBACK, 0, None, True,
                           timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
     context = multiprocessing.get_context("spawn")
-    processes, results, error_output = [], [], []
-    for rank in range(nprocs):
-        receiver, sender = context.Pipe(duplex=False)
-        error_receiver, error_sender = context.Pipe(duplex=False)
-        process = context.Process(
-            target=_child, name=f"realcomm-rank{rank}",
-            args=(rank, nprocs, store.port, str(device), backend, timeout, payload,
-                  tuple(args), sender, error_sender))
-        process.start()
-        sender.close()
-        error_sender.close()
-        processes.append(process)
-        results.append(receiver)
-        error_output.append(_ErrorOutput(error_receiver, f"realcomm-rank{rank}-stderr"))
-    return LocalGroup(processes, results, store, error_output)
+    processes: list[multiprocessing.process.BaseProcess] = []
+    results: list[Connection] = []
+    error_output: list[_ErrorOutput] = []
+    group = LocalGroup(processes, results, store, error_output)
+    try:
+        for rank in range(nprocs):
+            receiver, sender = context.Pipe(duplex=False)
+            error_receiver, error_sender = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_child, name=f"realcomm-rank{rank}",
+                args=(rank, nprocs, store.port, str(device), backend, timeout, payload,
+                      tuple(args), sender, error_sender))
+            process.start()
+            sender.close()
+            error_sender.close()
+            processes.append(process)
+            results.append(receiver)
+            error_output.append(_ErrorOutput(error_receiver, f"realcomm-rank{rank}-stderr"))
+    except BaseException:  # Ctrl-C while starting: those started wait for the rest
+        group.terminate()
+        raise
+    return group
 
 
 def spawn(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,

@@ -148,6 +148,12 @@ def test_param_values_are_typed(text: str, value: object) -> None:
     (["--algorithm", "all_to_all", "--param", "split_sizes_matrix=1"], "cannot be written"),
     (["--algorithm", "ring_allreduce", "-b", "1K", "-e", "2K", "-f", "1"], "stepfactor"),
     (["--algorithm", "ring_allreduce", "-e", "1K"], "larger than -e"),
+    # Counted, not built: 4e9 sizes ate the memory.
+    (["--algorithm", "ring_allreduce", "-b", "4", "-e", "16G", "-i", "4"],
+     "-b 4 -e 17179869184 -i 4 make 4,294,967,296 sizes, more than the 10,000 a run takes"),
+    (["--algorithm", "ring_allreduce", "-b", "4", "-e", "40004", "-i", "4"], "make 10,001 sizes"),
+    (["--algorithm", "ring_allreduce", "--sizes", ",".join(["4"] * 10_001)],
+     "--sizes names 10,001 sizes, more than the 10,000 a run takes"),
 ])
 def test_config_errors_name_the_problem(argv: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):

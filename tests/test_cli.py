@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from algorithms.harness.bench import CSV_HEADER
+from algorithms.harness.cli import run_command
 from simcomm.bench import host_floor_seconds
 from simcomm.cli import main
 
@@ -420,3 +421,12 @@ def test_validate_splits_measured_at_the_last_equals_sign(
     assert main(["validate", "--topology", "dgx-h100", "--measured",
                  f"nccl_allreduce:algorithm=ring={measured}"]) == 0
     assert "nccl_allreduce:algorithm=ring     1MiB" in capsys.readouterr().out
+
+
+def test_an_interrupt_is_one_line_and_status_130(capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C ends either command (simcomm's and realcomm's share ``run_command``) with
+    one line instead of a traceback, and the shells' status for it."""
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+    assert run_command("simcomm", interrupted, (ValueError,)) == 130
+    assert capsys.readouterr() == ("", "simcomm: interrupted\n")

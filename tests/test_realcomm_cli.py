@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -136,6 +137,18 @@ def test_an_op_that_gloo_lacks_is_one_line_not_a_crash(capfd: pytest.CaptureFixt
      "-b: size '1Kb' is ambiguous: a small b means bits"),
     (["--algorithm", "ring_allreduce", "--nprocs", "2", "-T", "0"],
      "--timeout must be a finite number of seconds > 0"),
+    # torch's store overflowed on these, or gave up at once after a dump of C++ frames.
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-T", "1e300"],
+     "-T/--timeout must be a finite number of seconds > 0, from 1 to 86400 (a day), got 1e+300"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-T", "inf"], "got inf"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-T", "nan"], "got nan"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-T", "1e-9"], "got 1e-09"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-T", "1e10"], "got 1e+10"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "100000"],
+     "--nprocs must be at most 256 (each is a Python interpreter with torch"),
+    # Used to build 4e9 sizes first.
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "-b", "4", "-e", "16G", "-i", "4"],
+     "-b 4 -e 17179869184 -i 4 make 4,294,967,296 sizes, more than the 10,000 a run takes"),
 ])
 def test_mistakes_print_one_line_and_exit_2(args: list[str], message: str,
                                             capsys: pytest.CaptureFixture[str],
@@ -328,3 +341,78 @@ def test_parameters_the_algorithm_refuses_stop_it_before_any_rank_starts(
     # A rank's error would read "ranks 0, 1: ValueError: ..." after printing the header.
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"realcomm: error: {message}") and err.count("\n") == 1
+
+
+# -- calibrate's checks, torchrun's variables, Ctrl-C --------------------------------------
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--timeout", "inf"], "--timeout must be a finite number of seconds > 0, from 1 to 86400 "
+                           "(a day), got inf"),
+    (["--timeout", "nan"], "--timeout must be a finite number of seconds > 0"),
+    (["--timeout", "-1"], "got -1"),
+    (["--timeout", "0"], "got 0"),
+    (["--timeout", "1e300"], "got 1e+300"),
+    (["--nprocs", "100000"], "--nprocs must be at most 256"),
+])
+def test_calibrate_refuses_a_bad_timeout_or_too_many_processes_in_one_line(
+        args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _leave_launcher(monkeypatch)
+    argv = ["calibrate", "--out", str(tmp_path / "m.json"), "--sizes", "16", "-n", "1"]
+    assert main(argv + (args if "--nprocs" in args else ["--nprocs", "2", *args])) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("realcomm: error: --") and err.count("\n") == 1
+    assert message in err
+
+
+@pytest.mark.parametrize(("variables", "message"), [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' in the environment is not an integer"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0 in the environment must be >= 1"),
+    ({"RANK": "3", "WORLD_SIZE": "2"},
+     "RANK=3 in the environment must be from 0 to 1 (WORLD_SIZE=2)"),
+    ({"MASTER_PORT": "x"}, "MASTER_PORT='x' in the environment is not an integer"),
+    ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000 in the environment must be from 1 to 65535"),
+    ({"LOCAL_RANK": "z"}, "LOCAL_RANK='z' in the environment is not an integer"),
+    ({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "1", "RANK": "1", "WORLD_SIZE": "2"},
+     "LOCAL_RANK=1 in the environment must be from 0 to 0 (LOCAL_WORLD_SIZE=1)"),
+])
+def test_a_bad_launcher_variable_is_named_before_torch_reads_it(
+        variables: dict[str, str], message: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _leave_launcher(monkeypatch)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(_free_port()), **variables}.items():
+        monkeypatch.setenv(name, value)
+    # torch said "invalid literal for int() with base 10: 'abc'", or waited for rank 2 until
+    # the timeout.
+    assert main(["bench", "--algorithm", "ring_allreduce", "--device", "cpu", "--sizes", "1K",
+                 "-T", "5"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"realcomm: error: {message}\n"
+
+
+@pytest.mark.parametrize("whole_group", [True, False], ids=["ctrl-c", "parent-only"])
+def test_an_interrupt_ends_the_run_and_its_ranks_in_one_line_with_status_130(
+        whole_group: bool) -> None:
+    """Ctrl-C signals the whole foreground process group, ranks included; ``kill -INT``
+    the command alone, which must then end its ranks (it used to wait for them for ever)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "realcomm", "bench", "--nprocs", "2", "--algorithm",
+         "ring_allreduce", "--sizes", "1K", "-w", "0", "-n", "1000000000", "-T", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_environment(),
+        start_new_session=True)
+    try:
+        assert process.stdout is not None
+        # Rank 0 prints the header once every rank has joined: the run is under way.
+        assert process.stdout.readline().startswith("# realcomm bench: ring_allreduce")
+        if whole_group:
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert (process.returncode, err) == (130, "realcomm: interrupted\n")

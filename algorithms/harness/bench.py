@@ -98,6 +98,10 @@ AVERAGES: Mapping[int, str] = MappingProxyType({
 _SPLIT_KINDS = ("allgather", "reducescatter", "alltoall")
 # Arguments a harness sets itself: never through --param.
 _FIXED_ARGUMENTS = ("comm", "x")
+# The most sizes one run takes: each is a row (and, for realcomm, warm-up and timed runs), so
+# more is a mistake, and -i over a wide range would otherwise build billions of them.
+MAX_SIZES = 10_000
+
 
 def parse_size(text: str) -> int:
     """Bytes from ``"1KiB"`` (1024), ``"1KB"`` (1000), ``"1K"`` (1024, as nccl-tests),
@@ -110,6 +114,9 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     parts = text.split(",")
     if not any(part.strip() for part in parts):
         raise ValueError(f"--sizes {text!r} names no size")
+    if len(parts) > MAX_SIZES:
+        raise ValueError(f"--sizes names {len(parts):,} sizes, more than the {MAX_SIZES:,} a run "
+                         "takes")
     for number, part in enumerate(parts, 1):
         if not part.strip():
             raise ValueError(f"--sizes {text!r}: item {number} is empty")
@@ -139,6 +146,11 @@ def size_steps(minbytes: int, maxbytes: int, stepbytes: int) -> tuple[int, ...]:
         raise ValueError(f"-i/--stepbytes must be >= 1 byte, got {stepbytes}")
     if minbytes > maxbytes:
         raise ValueError(f"-b/--minbytes ({minbytes}) is larger than -e/--maxbytes ({maxbytes})")
+    count = (maxbytes - minbytes) // stepbytes + 1
+    if count > MAX_SIZES:  # counted, not built: it may be billions
+        raise ValueError(f"-b {minbytes} -e {maxbytes} -i {stepbytes} make {count:,} sizes, more "
+                         f"than the {MAX_SIZES:,} a run takes: give a larger -i/--stepbytes or "
+                         "a narrower -b/-e range")
     return tuple(range(minbytes, maxbytes + 1, stepbytes))
 
 

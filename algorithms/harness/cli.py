@@ -28,6 +28,8 @@ from algorithms.harness.catalog import KINDS
 from algorithms.ops import ReduceOp
 
 USAGE_ERROR = 2
+# The shells' status for a command ended by Ctrl-C: 128 + SIGINT.
+INTERRUPTED = 130
 # nccl-tests' default -b and -e (src/common.cu): 32 MiB.
 DEFAULT_BYTES = 32 * 1024**2
 
@@ -63,10 +65,16 @@ def output_file(text: str) -> str:
 def run_command(prog: str, command: Callable[[], int],
                 errors: tuple[type[BaseException], ...]) -> int:
     """Run ``command`` and return its exit status. A ``UsageError`` or one of ``errors``
-    prints one line on stderr and returns ``USAGE_ERROR``; a reader that leaves early
-    (``... | head``) ends the output quietly."""
+    prints one line on stderr and returns ``USAGE_ERROR``; Ctrl-C prints ``PROG:
+    interrupted`` and returns ``INTERRUPTED``; a reader that leaves early (``... | head``)
+    ends the output quietly."""
     try:
         return command()
+    except KeyboardInterrupt:
+        # Whatever the command started has been stopped on the way out (realcomm's
+        # LocalGroup terminates its processes); the traceback would only say where it was.
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
