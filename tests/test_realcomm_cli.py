@@ -401,7 +401,10 @@ def test_an_interrupt_ends_the_run_and_its_ranks_in_one_line_with_status_130(
         [sys.executable, "-m", "realcomm", "bench", "--nprocs", "2", "--algorithm",
          "ring_allreduce", "--sizes", "1K", "-w", "0", "-n", "1000000000", "-T", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_environment(),
-        start_new_session=True)
+        start_new_session=True,
+        # As from a shell: Ctrl-C's default action, whatever this process (or a test before
+        # it) set; an ignored SIGINT is inherited, and Python then raises no KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert process.stdout is not None
         # Rank 0 prints the header once every rank has joined: the run is under way.
