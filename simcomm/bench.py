@@ -26,7 +26,6 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from functools import partial
 
 import numpy as np
 
@@ -117,6 +116,12 @@ def load_named_topology(spec: str) -> Topology:
     return load_topology(spec)
 
 
+def parse_latency(text: str) -> float:
+    """A latency a user writes (``5us``, ``0s``), which needs its unit, as a bandwidth and a
+    topology file's times do: 1 could mean 1 s or 1 us."""
+    return parse_seconds(text, require_unit=True)
+
+
 def build_topology(spec: str, ranks: int, bandwidth: str, latency: str,
                    reduce_bandwidth: str = "inf") -> Topology:
     """A builder topology from human units (``100GB/s``, ``5us``), or a preset or file
@@ -124,8 +129,7 @@ def build_topology(spec: str, ranks: int, bandwidth: str, latency: str,
     if not is_builder(spec):
         return load_named_topology(spec)
     return make_topology(spec, ranks, _parse("bandwidth", parse_bandwidth, bandwidth),
-                         _parse("latency", partial(parse_seconds, require_unit=True),
-                                latency),
+                         _parse("latency", parse_latency, latency),
                          _parse("reduce bandwidth", parse_bandwidth, reduce_bandwidth))
 
 

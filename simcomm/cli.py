@@ -53,7 +53,7 @@ from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
     HOST_SECONDS_PER_GPU, HOST_SECONDS_PER_ITERATION, SLOWEST_RANK, algorithm_config,
     bench_level, bench_rows, bench_size, host_floor_seconds, is_builder, load_named_topology,
-    message_progress, sample_seconds, sampled_row, traced_run,
+    message_progress, parse_latency, sample_seconds, sampled_row, traced_run,
 )
 from simcomm.collective_level import (
     AUTO_MESSAGE_LIMIT, LEVELS, describe_level, expected_messages,
@@ -78,7 +78,7 @@ from simcomm.train_cli import (
     add_ddp_parser, add_fsdp_parser, add_variation_arguments, output_folder, run_ddp, run_fsdp,
     run_samples, save_histogram, variation_from_args,
 )
-from simcomm.units import parse_bandwidth, parse_seconds
+from simcomm.units import parse_bandwidth
 from simcomm.variation import Variation
 from simcomm.validate import compare, format_validation, validation_series
 
@@ -422,18 +422,12 @@ def _builder_from_args(args: argparse.Namespace) -> Topology:
     return make_topology(
         args.topology, args.ranks,
         _flag(parse_bandwidth, "--bandwidth", args.bandwidth),
-        _flag(_seconds, "--latency", args.latency),
+        _flag(parse_latency, "--latency", args.latency),
         _flag(parse_bandwidth, "--reduce-bandwidth",
               "inf" if args.reduce_bandwidth is None else args.reduce_bandwidth),
         gpus_per_node=args.gpus_per_node,
         inter_bandwidth=_flag(parse_bandwidth, "--inter-bandwidth", args.inter_bandwidth),
-        inter_latency=_flag(_seconds, "--inter-latency", args.inter_latency))
-
-
-def _seconds(text: str) -> float:
-    """A time on the command line, which needs its unit (``5us``, ``0s``): a bandwidth
-    needs one too, and a topology file's times do."""
-    return parse_seconds(text, require_unit=True)
+        inter_latency=_flag(parse_latency, "--inter-latency", args.inter_latency))
 
 
 def _flag(parse: Callable[[str], float], flag: str, text: str | None) -> float | None:
@@ -779,7 +773,7 @@ def _grid_from_args(args: argparse.Namespace) -> Grid:
     latencies = (tuple(_items("--latency", args.latency)) if args.latency is not None
                  else DEFAULT_LATENCIES)
     for latency in latencies:
-        _flag(_seconds, "--latency", latency)
+        _flag(parse_latency, "--latency", latency)
     return Grid(
         algorithms=tuple(_items("--algorithm", args.algorithm)),
         sizes=_sweep_sizes(args),
