@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -38,18 +37,14 @@ from realcomm.bench import (
     RunOptions, bench_rank,
 )
 from realcomm.calibrate import DEFAULT_SIZES, Measurements, measure
-from realcomm.driver import DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, RealcommError
+from realcomm.driver import (
+    DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT, RealcommError, check_timeout,
+)
 from realcomm.launch import (
     backend_for, default_device, in_launcher_env, init_from_env, load_kernels_eagerly_for_nccl,
     spawn,
 )
 
-# The timeout bounds the start-up rendezvous of the processes too, and torch counts it in
-# whole milliseconds (a shorter one is 0 and fails at once): below a second (the unit of
-# nccl-tests' -T) it fails a sound run on a busy machine. Above a day it is no timeout, and
-# torch's socket code overflows on 1e10 s (a timeout "after 10000000000000ms" at once).
-MIN_TIMEOUT = 1.0
-MAX_TIMEOUT = 86400.0
 # Each local process is a Python interpreter with torch loaded (about 250 MB) on this one
 # machine; more ranks than this belong on several machines, under torchrun.
 MAX_NPROCS = 256
@@ -188,16 +183,8 @@ def _bench_header(config: BenchConfig, options: RunOptions, backend: str, world_
     return header
 
 
-def _check_timeout(flag: str, seconds: float) -> None:
-    """Refuse a timeout that is not finite or outside ``MIN_TIMEOUT``..``MAX_TIMEOUT``
-    before any process starts, naming ``flag``."""
-    if not (math.isfinite(seconds) and MIN_TIMEOUT <= seconds <= MAX_TIMEOUT):
-        raise ValueError(f"{flag} must be a finite number of seconds > 0, from "
-                         f"{MIN_TIMEOUT:g} to {MAX_TIMEOUT:g} (a day), got {seconds:g}")
-
-
 def _options_from_args(args: argparse.Namespace) -> RunOptions:
-    _check_timeout("-T/--timeout", args.timeout)
+    check_timeout("-T/--timeout", args.timeout)
     try:
         slice_bytes = parse_size(args.slice_bytes)
     except ValueError as error:
@@ -300,7 +287,7 @@ def calibrate(args: argparse.Namespace) -> int:
         raise ValueError(f"--iters must be >= 1, got {args.iters}")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
-    _check_timeout("--timeout", args.timeout)
+    check_timeout("--timeout", args.timeout)
     ran = _on_every_rank(args, measure, (tuple(sizes), args.iters, WARMUP_ITERS),
                          minimum=2, reason=" to measure links", timeout=args.timeout,
                          timing=args.timing, rounds=args.rounds)

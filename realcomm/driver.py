@@ -66,6 +66,7 @@ import ctypes
 import datetime
 import hashlib
 import heapq
+import inspect
 import itertools
 import math
 import os
@@ -92,6 +93,12 @@ from algorithms.protocol import (
 )
 
 DEFAULT_TIMEOUT = 300.0  # seconds
+# The timeout bounds the start-up rendezvous of the processes too, and torch counts it in
+# whole milliseconds (a shorter one is 0 and fails at once): below a second (the unit of
+# nccl-tests' -T) it fails a sound run on a busy machine. Above a day it is no timeout, and
+# torch's socket code overflows on 1e10 s (a timeout "after 10000000000000ms" at once).
+MIN_TIMEOUT = 1.0
+MAX_TIMEOUT = 86400.0
 # Messages above slice_bytes travel as slices of about that size. Off by default: on two
 # CPU cores over loopback gloo, 1 and 4 MiB slices brought ring all-reduce no steady gain
 # at 16 and 64 MiB and were up to 50% slower in some runs (docs/realcomm.md): the copies
@@ -108,6 +115,16 @@ _HOST = torch.device("cpu")
 # first reduces while an NCCL operation of its own waits for a peer who is doing the same
 # would wait for ever (see the module's docstring).
 MODULE_LOADING, EAGER_LOADING = "CUDA_MODULE_LOADING", "EAGER"
+
+
+def check_timeout(name: str, seconds: float) -> None:
+    """Refuse a timeout that is not a number of seconds from ``MIN_TIMEOUT`` to
+    ``MAX_TIMEOUT``, naming it ``name`` (a keyword or a command-line flag)."""
+    number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    if not (number and math.isfinite(seconds) and MIN_TIMEOUT <= seconds <= MAX_TIMEOUT):
+        given = f"{seconds:g}" if number else repr(seconds)
+        raise ValueError(f"{name} must be a finite number of seconds > 0, from "
+                         f"{MIN_TIMEOUT:g} to {MAX_TIMEOUT:g} (a day), got {given}")
 _EAGER_LOADING_MODE = 1  # CU_MODULE_EAGER_LOADING, cuda.h's CUmoduleLoadingMode
 _POLL_SECONDS = 20e-6  # between two looks at an NCCL work (torch's own wait sleeps 1 ms)
 # Integer types by width, to read a buffer's bytes as words for its checksum.
@@ -153,6 +170,30 @@ _COMBINE: dict[ReduceOp | None, Callable[[torch.Tensor, torch.Tensor], None]] = 
 }
 
 
+def _check_reducible(algorithm: Callable[..., Any], params: dict[str, Any],
+                     x: torch.Tensor) -> None:
+    """Refuse, on every rank alike, a reduction that torch has no arithmetic for (uint32 and
+    float8 have none on the CPU), before any rank waits on another that has failed."""
+    op = params.get("op")
+    if op is None:
+        try:
+            declared = inspect.signature(algorithm).parameters.get("op")
+        except (TypeError, ValueError):  # a callable without a signature to read
+            declared = None
+        op = None if declared is None else declared.default
+    combine = _COMBINE.get(op) if isinstance(op, ReduceOp) else None
+    if combine is None:
+        return
+    probe = torch.zeros(1, dtype=x.dtype, device=x.device)
+    try:
+        combine(probe, probe)
+    except (NotImplementedError, RuntimeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise TypeError(f"torch cannot {op.value}-reduce {x.dtype} tensors on "
+                        f"{x.device.type} ({reason}); use a dtype it has arithmetic for"
+                        ) from None
+
+
 def divide_(buf: torch.Tensor, divisor: int) -> None:
     """Divide in place; integers truncate toward zero, as ``algorithms.reference.divide``."""
     if buf.is_floating_point():
@@ -187,8 +228,7 @@ class Driver:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised: start the process "
                                "with realcomm.launch (init_from_env or spawn) first")
-        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
-            raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+        check_timeout("timeout", timeout)
         if not isinstance(slice_bytes, int) or slice_bytes < 0:
             raise ValueError(f"slice_bytes must be an int >= 0, got {slice_bytes!r}")
         if not isinstance(check, bool):
@@ -316,8 +356,12 @@ class Driver:
         if not isinstance(x, torch.Tensor) or x.dim() != 1 or not x.is_contiguous():
             raise TypeError(f"x must be a 1-D contiguous torch tensor, got "
                             f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
+        if x.requires_grad:
+            raise ValueError("x requires grad, and an algorithm works on it in place: pass "
+                             "x.detach(), or a gradient (which does not require grad)")
         if check_args:
             self._check_args(algorithm, x, params, equal_lengths)
+            _check_reducible(algorithm, params, x)
         gen = algorithm(self.comm, x, **params)
         name = getattr(algorithm, "__name__", repr(algorithm))
         if not isinstance(gen, Generator):

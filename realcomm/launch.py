@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from realcomm.driver import DEFAULT_TIMEOUT, EAGER_LOADING, MODULE_LOADING
+from realcomm.driver import DEFAULT_TIMEOUT, EAGER_LOADING, MODULE_LOADING, check_timeout
 
 LOOPBACK = "127.0.0.1"
 # Seconds the other processes get to end once one has failed, before they are terminated;
@@ -69,6 +69,26 @@ def backend_for(device: torch.device | str) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
+def _check_group_args(device: torch.device | str | None, backend: str | None,
+                      timeout: float) -> None:
+    """Refuse a backend, device or timeout that torch would fail on only inside each
+    process, or after the timeout."""
+    check_timeout("timeout", timeout)
+    if backend not in (None, "gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl' (or None: from the device), got "
+                         f"{backend!r}")
+    try:
+        device_type = None if device is None else torch.device(device).type
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device {device!r} is not a torch device: {error}") from None
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this torch sees no CUDA GPU")
+    if backend == "nccl" and device_type not in (None, "cuda"):
+        raise ValueError(f"backend 'nccl' needs CUDA tensors, got device {device!r}")
+    if backend == "nccl" and not dist.is_nccl_available():
+        raise ValueError("backend 'nccl': this torch is built without NCCL")
+
+
 def default_device() -> torch.device:
     """CUDA if this machine has it, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -90,6 +110,7 @@ def init_from_env(device: torch.device | str | None = None, backend: str | None 
     if missing:
         raise RuntimeError(f"the environment lacks {', '.join(missing)}: start with torchrun "
                            "(or use spawn for local processes)")
+    _check_group_args(device, backend, timeout)
     local_rank = _check_launcher_env()
     return _init(local_rank, device, backend, timeout, init_method="env://")
 
@@ -365,8 +386,9 @@ def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
     As torchrun does, each process runs its CPU ops on one thread unless OMP_NUM_THREADS
     says otherwise: several processes share the cores.
     """
-    if not isinstance(nprocs, int) or nprocs < 1:
+    if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
+    _check_group_args(device, backend, timeout)
     if (torch.device(device).type == "cuda" and torch.cuda.is_available()
             and (backend or backend_for(device)) == "nccl"):
         refusal = shared_gpu_refusal(nprocs, torch.cuda.device_count(),

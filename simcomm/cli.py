@@ -723,7 +723,7 @@ def sweep(args: argparse.Namespace) -> int:
     type_name = algorithm_config(points[0].algorithm, (points[0].size,), grid.dtype,
                                  points[0].kind).type_name
     wanted = {point_key(point, type_name) for point in points}
-    kept = ([row for row in read_csv(path) if row_key(row) in wanted]
+    kept = ([row for row in read_csv(path, allow_empty=True) if row_key(row) in wanted]
             if args.resume and path.exists() else [])
     done = {row_key(row) for row in kept}
     todo = [point for point in points if point_key(point, type_name) not in done]

@@ -80,11 +80,12 @@ def _convert(path: str, line: int, column: str, text: str, kind: type) -> Any:
     return value
 
 
-def _read_rows(path: str | os.PathLike[str], columns: Sequence[str], what: str
-               ) -> tuple[list[str], list[dict[str, Any]]]:
+def _read_rows(path: str | os.PathLike[str], columns: Sequence[str], what: str,
+               allow_empty: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
     """The header of a CSV with at least ``columns`` (``what``: bench or sweep), and its
     rows: those columns typed as ``SweepRow``'s fields and checked, any other column as
-    text. Lines that start with ``#`` (notes) are skipped."""
+    text. Lines that start with ``#`` (notes) are skipped. A header without rows is an
+    error unless ``allow_empty``."""
     kinds = {f.name: (int if f.name in ("ranks", "size", "count", "root", "wrong") else
                       float if f.name.endswith(("_us", "_GBps")) else str)
              for f in fields(SweepRow)}
@@ -108,14 +109,15 @@ def _read_rows(path: str | os.PathLike[str], columns: Sequence[str], what: str
                              for c, text in raw.items()})
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"cannot read {name!r}: {error}") from None
-    if not rows:
+    if not rows and not allow_empty:
         raise ValueError(f"{name}: no rows")
     return header, rows
 
 
-def read_csv(path: str | os.PathLike[str]) -> list[SweepRow]:
-    """The rows of a CSV that ``write_csv`` wrote."""
-    _, rows = _read_rows(path, SWEEP_COLUMNS, "sweep")
+def read_csv(path: str | os.PathLike[str], allow_empty: bool = False) -> list[SweepRow]:
+    """The rows of a CSV that ``write_csv`` wrote (with ``allow_empty``, a header alone is no
+    rows rather than an error: a sweep stopped before its first point ended)."""
+    _, rows = _read_rows(path, SWEEP_COLUMNS, "sweep", allow_empty)
     return [SweepRow(**{c: row[c] for c in SWEEP_COLUMNS}) for row in rows]
 
 

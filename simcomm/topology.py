@@ -576,8 +576,9 @@ def hierarchical(nodes: int, gpus_per_node: int, intra_bandwidth: float,
     half on each link of an intra-node path (GPU-switch-GPU), and for inter-node paths half of
     ``inter_latency`` on each network link.
     """
-    if not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes must be an int >= 1, got {nodes!r}")
+    for name, count in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {count!r}")
     gpus = _gpus(nodes * gpus_per_node)
     names: list[str] = list(gpus)
     links: list[Link] = []

@@ -15,7 +15,7 @@ from algorithms import (
 from algorithms.harness.catalog import COLLECTIVES
 from simcomm import (
     AlgorithmError, DeadlockError, Link, MessageSizeError, ProtocolError, SizeOnly, Topology,
-    UnreceivedMessageError, fully_connected, make_topology, ring, simulate, switch,
+    UnreceivedMessageError, fully_connected, hierarchical, make_topology, ring, simulate, switch,
 )
 
 pytestmark = pytest.mark.usefixtures("hang_guard")
@@ -400,6 +400,8 @@ def _bad_api_calls():
         (lambda: simulate(ring_allreduce, [SizeOnly(2**70)] * 4, four, level="collective"),
          "came to infinity"),
         (lambda: ring(True, 1e9, 1e-6), "number of ranks must be an int >= 1, got True"),
+        (lambda: hierarchical(2, 0, 1e9, 1e-6, 1e9, 1e-6),
+         "gpus_per_node must be an int >= 1, got 0"),
         (lambda: make_topology("ring", 4, 1e9, 1e-6, inter_bandwidth=1e9),
          "ring: inter_bandwidth apply to hierarchical only"),
         (lambda: make_topology("hierarchical", 4, 1e9, 1e-6, gpus_per_node=2,
@@ -417,7 +419,7 @@ def _bad_api_calls():
     ]
 
 
-@pytest.mark.parametrize("case", range(18))
+@pytest.mark.parametrize("case", range(19))
 def test_the_apis_bad_arguments_are_named_at_either_level(case) -> None:
     call, message = _bad_api_calls()[case]
     with pytest.raises((ValueError, TypeError), match=message):

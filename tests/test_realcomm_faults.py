@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 from algorithms import (
-    SUM, Comm, Compute, Recv, Send, Wait, nccl_ring_allreduce, ring_allreduce, ring_channels,
+    MAX, SUM, Comm, Compute, Recv, Send, Wait, all_gather, nccl_ring_allreduce, reduce,
+    ring_allreduce, ring_channels,
 )
 from algorithms.protocol import AlgorithmError
 from realcomm import Driver, RealcommError, SpawnError, spawn
@@ -167,6 +168,74 @@ def test_a_rank_that_gloo_aborts_shows_its_last_error_output() -> None:
         in message, message
     assert "Received data size doesn't match expected size" in message
     assert "Received data size doesn't match expected size" in info.value.failures[1]
+
+
+def _dtype_outcomes() -> dict[str, str]:
+    """What each run does with a dtype torch has no arithmetic for, or a tensor that requires
+    grad: the error's message, or the result."""
+    driver = Driver(timeout=TIMEOUT)
+    rank = dist.get_rank()
+    runs: dict[str, Callable[[], Any]] = {
+        "uint32 all-reduce": lambda: driver.run(ring_allreduce,
+                                                torch.ones(4, dtype=torch.uint32)),
+        # The root alone reduces: every rank must refuse it, not only the root.
+        "uint16 reduce": lambda: driver.run(reduce, torch.ones(4, dtype=torch.uint16), root=1),
+        "complex max": lambda: driver.run(ring_allreduce, torch.ones(4, dtype=torch.complex64),
+                                          op=MAX),
+        # Moving data needs no arithmetic.
+        "uint32 all-gather": lambda: driver.run(
+            all_gather, torch.full((4,), rank + 7, dtype=torch.uint32)).tolist(),
+        "requires grad": lambda: driver.run(ring_allreduce, torch.ones(4, requires_grad=True)),
+    }
+    outcomes = {}
+    for name, run in runs.items():
+        try:
+            outcomes[name] = str(run())
+        except (TypeError, ValueError) as error:
+            outcomes[name] = f"{type(error).__name__}: {error}"
+    return outcomes
+
+
+def test_a_reduction_torch_cannot_do_is_refused_on_every_rank_before_it_runs() -> None:
+    for outcomes in spawn(_dtype_outcomes, 2, grace=GRACE):
+        assert outcomes["uint32 all-reduce"].startswith(
+            "TypeError: torch cannot sum-reduce torch.uint32 tensors on cpu")
+        assert outcomes["uint16 reduce"].startswith(
+            "TypeError: torch cannot sum-reduce torch.uint16 tensors on cpu")
+        assert outcomes["complex max"].startswith(
+            "TypeError: torch cannot max-reduce torch.complex64 tensors on cpu")
+        assert outcomes["uint32 all-gather"] == str([7, 7, 8, 8])
+        assert outcomes["requires grad"] == (
+            "ValueError: x requires grad, and an algorithm works on it in place: pass "
+            "x.detach(), or a gradient (which does not require grad)")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"timeout": -1}, "timeout must be a finite number of seconds > 0, from 1 to 86400 (a day), "
+                      "got -1"),
+    ({"timeout": float("inf")}, "got inf"),
+    ({"timeout": True}, "got True"),
+    ({"backend": "mpi"}, "backend must be 'gloo' or 'nccl' (or None: from the device), got "
+                         "'mpi'"),
+    ({"backend": "nccl"}, "backend 'nccl' needs CUDA tensors, got device 'cpu'"),
+    ({"device": "tpu:0"}, "device 'tpu:0' is not a torch device"),
+])
+def test_spawn_refuses_a_bad_backend_device_or_timeout_before_any_process_starts(
+        options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        spawn(_one_rank_raises, 2, **options)
+    assert message in str(info.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_spawn_refuses_cuda_where_torch_sees_no_gpu() -> None:
+    with pytest.raises(ValueError, match="device 'cuda': this torch sees no CUDA GPU"):
+        spawn(_one_rank_raises, 2, device="cuda")
+
+
+def test_spawn_refuses_a_bool_for_a_number_of_processes() -> None:
+    with pytest.raises(ValueError, match="nprocs must be an int >= 1, got True"):
+        spawn(_one_rank_raises, True)
 
 
 def test_a_function_that_cannot_be_sent_is_named_as_such() -> None:

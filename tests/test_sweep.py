@@ -311,6 +311,12 @@ def test_rows_reach_the_csv_as_they_finish_and_a_stopped_sweep_resumes(
     assert status == 0 and out.startswith("simulated 7 points in ")
     assert f"; 5 kept from {stopped / 'sweep.csv'}" in out.splitlines()[0]
     assert (stopped / "sweep.csv").read_text().splitlines() == whole
+    # Stopped before its first row: the header alone is nothing kept, not "no rows".
+    (stopped / "sweep.csv").write_text(whole[0] + "\n")
+    status, out, _ = run(capsys, "sweep", *SMALL, "--jobs", "2", "--no-plots", "--resume",
+                         "--out", str(stopped))
+    assert status == 0 and f"; 0 kept from {stopped / 'sweep.csv'}" in out.splitlines()[0]
+    assert (stopped / "sweep.csv").read_text().splitlines() == whole
     streamed = []
     rows = run_sweep(Grid(sizes=(1024, 4096)).points(), on_row=streamed.append)
     assert sorted(streamed, key=rows.index) == rows
