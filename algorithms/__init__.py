@@ -18,7 +18,9 @@ from algorithms.nccl import (
 from algorithms.nccl_tree import (
     binary_tree, double_binary_tree, nccl_tree_allreduce, tree_channels, tree_position,
 )
-from algorithms.nvls import nvls_allreduce, nvls_channels, nvls_tree_allreduce
+from algorithms.nvls import (
+    nvls_all_gather, nvls_allreduce, nvls_channels, nvls_reduce_scatter, nvls_tree_allreduce,
+)
 from algorithms.ops import (
     AVG, MAX, MIN, PROD, SUM, Alloc, Choice, Combine, Comm, Compute, Copy, Divide, Footprint,
     Join, Launch, Multicast, Op, Protocol, Recv, RecvReduce, ReduceOp, Send, Sleep, Spawn, Tuner,
@@ -33,8 +35,8 @@ __all__ = [
     "Spawn", "Tuner", "Wait", "all_gather", "all_to_all", "alltoall_allreduce", "binary_tree",
     "broadcast", "chunk_bounds", "double_binary_tree", "hierarchical_allreduce",
     "nccl_all_gather", "nccl_allreduce", "nccl_reduce_scatter", "nccl_ring_all_gather",
-    "nccl_ring_allreduce", "nccl_ring_reduce_scatter", "nccl_tree_allreduce", "nvls_allreduce",
-    "nvls_channels", "nvls_tree_allreduce", "rail_ring",
+    "nccl_ring_allreduce", "nccl_ring_reduce_scatter", "nccl_tree_allreduce", "nvls_all_gather",
+    "nvls_allreduce", "nvls_channels", "nvls_reduce_scatter", "nvls_tree_allreduce", "rail_ring",
     "reduce", "reduce_broadcast_allreduce", "reduce_scatter", "ring_allreduce", "ring_channels",
     "split_even", "split_sizes", "tree_channels", "tree_position",
 ]

@@ -79,17 +79,20 @@ def nvls_tree_chunk_bytes(nbytes: int, channels: int, ranks_per_node: int, nodes
 
 
 def pipeline_fill_bytes(nbytes: int, chunk_bytes: int, channels: int, heads: int,
-                        depth: int, registered: bool) -> int:
+                        depth: int, registered: bool, one_way: bool = False) -> int:
     """The bytes of each GPU's buffer that NCCL's NVLS kernel moves before its pipeline
     keeps pace. The kernel gives each stage of a chunk's way its own warps, sized so that
     all keep the same pace (src/device/all_reduce.h): the copy into the NVLS buffer, the
     reduction in the switch, every node hop up and down a tree ``depth`` hops deep, the
-    multicast, the copy out; buffers registered with NCCL skip the two copies. A round (a
-    chunk per head on every channel) then leaves the last stage one round later for every
-    stage after the first."""
+    multicast, the copy out; buffers registered with NCCL skip the two copies. A
+    reduce-scatter or an all-gather goes ``one_way`` (src/device/reduce_scatter.h,
+    all_gather.h): the copy in and the reduction, or the multicast and the copy out. A
+    round (a chunk per head on every channel) then leaves the last stage one round later
+    for every stage after the first."""
     if heads == 1 and depth == 0:  # one GPU alone: nothing to pipeline
         return 0
-    stages = 2 * depth + 1 + (0 if registered else 2)
+    copies = 0 if registered else 1 if one_way else 2
+    stages = 2 * depth + 1 + copies
     return (stages - 1) * min(nbytes, channels * heads * chunk_bytes)
 
 
@@ -125,6 +128,72 @@ def nvls_tree_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM,
     yield from _on_channels(comm, x, op, channels, lambda channel, part: _tree_pipeline(
         comm, part, op, chunk_bytes, 2 * channel // channels))
     return x
+
+
+def nvls_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = NVLS_CHANNELS,
+                        chunk_bytes: int = 0, registered: bool = False) -> Schedule:
+    """Reduce-scatter in the switch, on one node (NCCL's NVLS reduce-scatter,
+    src/device/reduce_scatter.h): rank r asks the switch for chunk r of ``x``
+    (``split_even`` bounds) summed over every GPU, ``channels`` parts of it at once, each
+    pipelined in chunks of up to ``chunk_bytes`` per rank (0: NCCL's); ``registered`` as
+    for ``nvls_allreduce``. The switch reads every GPU's slice, the asking GPU's own too, so
+    each GPU's link carries the whole buffer up, where a ring's carries (p - 1) / p of it
+    each way: slower, as NVIDIA says of it (S. Jeaugey in NVIDIA/nccl issue #1083), but the
+    GPUs reduce nothing and NCCL gives it fewer SMs. Returns this rank's chunk, reduced."""
+    _check(channels, chunk_bytes, registered)
+    yield from _one_way(comm, x, op, channels, chunk_bytes, registered, "nvls reduce-scatter")
+    return split_even(x, comm.size)[comm.rank]
+
+
+def nvls_all_gather(comm: Comm, x: Any, channels: int = NVLS_CHANNELS, chunk_bytes: int = 0,
+                    registered: bool = False) -> Schedule:
+    """All-gather in the switch, on one node (NCCL's NVLS all-gather,
+    src/device/all_gather.h): rank r writes chunk r of ``x`` once to the switch, which
+    copies it to every GPU; ``channels`` parts at once, pipelined as
+    ``nvls_reduce_scatter``. The switch copies every chunk to every GPU, its writer too, so
+    each GPU's link carries the whole buffer down. Every rank ends with chunk r of rank r's
+    ``x`` at chunk r."""
+    _check(channels, chunk_bytes, registered)
+    yield from _one_way(comm, x, None, channels, chunk_bytes, registered, "nvls all-gather")
+    return x
+
+
+def _one_way(comm: Comm, x: Any, op: ReduceOp | None, channels: int, chunk_bytes: int,
+             registered: bool, name: str) -> Schedule:
+    # Channel c moves part c of every rank's chunk, in steps of one piece of each; a
+    # reduction (``op``) or else a multicast. An average travels as a sum, divided once.
+    p = comm.size
+    parts = [split_even(chunk, channels) for chunk in split_even(x, p)]
+    chunk_bytes = chunk_bytes or nvls_chunk_bytes(x.nbytes, channels, p)  # as NCCL: whole buffer
+    yield Launch(Protocol.SIMPLE, "nvls", channels, pipeline_fill_bytes(
+        x.nbytes, chunk_bytes, channels, p, 0, registered, one_way=True), one_way=True)
+    if p == 1:
+        return
+    world = list(range(p))
+
+    def pipeline(channel: int) -> Schedule:
+        mine = [parts[rank][channel] for rank in world]
+        count = min(pipeline_chunks(mine[0].nbytes, chunk_bytes), min(map(len, mine)) or 1)
+        pieces = [split_even(part, count) for part in mine]
+        running: tuple[Any, ...] = ()
+        for step in range(count):
+            slices = [pieces[rank][step] for rank in world]
+            if op is None:
+                handles = yield from _post_all_gather(world, comm.rank, slices)
+            else:
+                handles = yield from _post_reduce_scatter(world, comm.rank, slices, op)
+            if running:  # the previous piece ran beside this one
+                yield Wait(*running)
+            running = handles
+        yield Wait(*running)
+
+    tasks = []
+    for channel, task_name in enumerate(nvls_channels(channels)):
+        tasks.append((yield Spawn(pipeline(channel), task_name)))
+    for task in tasks:
+        yield Join(task)
+    if op is AVG:
+        yield Divide(split_even(x, p)[comm.rank], p)
 
 
 def tree_depth(nodes: int) -> int:
@@ -168,8 +237,9 @@ def _pipeline(comm: Comm, part: Any, op: ReduceOp, chunk_bytes: int) -> Schedule
     world = list(range(comm.size))
     gathering: tuple[Any, ...] = ()
     for chunk in split_even(part, chunks):
-        yield from _reduce_scatter(world, comm.rank, chunk, op)
-        handles = yield from _post_all_gather(world, comm.rank, chunk)
+        slices = split_even(chunk, comm.size)
+        yield from _reduce_scatter(world, comm.rank, slices, op)
+        handles = yield from _post_all_gather(world, comm.rank, slices)
         if gathering:  # the previous chunk's all-gather ran beside this reduce-scatter
             yield Wait(*gathering)
         gathering = handles
@@ -198,7 +268,8 @@ def _tree_pipeline(comm: Comm, part: Any, op: ReduceOp, chunk_bytes: int, tree: 
     for step in range(count + lag):
         if step < count:
             if per_node > 1:
-                yield from _reduce_scatter(group, local, chunks[step], fold)
+                yield from _reduce_scatter(group, local, split_even(chunks[step], per_node),
+                                           fold)
             received = []
             for child in children:
                 received.append((yield Recv(child, mine[step], fold, f"nvls tree up {step}")))
@@ -214,7 +285,8 @@ def _tree_pipeline(comm: Comm, part: Any, op: ReduceOp, chunk_bytes: int, tree: 
             for child in children:
                 downs.append((yield Send(child, mine[k], f"nvls tree down {k}")))
             if per_node > 1:
-                handles = yield from _post_all_gather(group, local, chunks[k])
+                handles = yield from _post_all_gather(group, local,
+                                                      split_even(chunks[k], per_node))
                 if gathering:
                     yield Wait(*gathering)
                 gathering = handles
@@ -222,21 +294,26 @@ def _tree_pipeline(comm: Comm, part: Any, op: ReduceOp, chunk_bytes: int, tree: 
         yield Wait(*downs, *gathering)
 
 
-def _reduce_scatter(group: list[int], me: int, chunk: Any, op: ReduceOp) -> Schedule:
-    # Slice i of every member's chunk, summed in the switch, lands on member i (``me`` is
+def _reduce_scatter(group: list[int], me: int, slices: list[Any], op: ReduceOp) -> Schedule:
+    # Slice i of every member's buffer, summed in the switch, lands on member i (``me`` is
     # this rank's place in ``group``).
-    slices = split_even(chunk, len(group))
+    handles = yield from _post_reduce_scatter(group, me, slices, op)
+    yield Wait(*handles)
+
+
+def _post_reduce_scatter(group: list[int], me: int, slices: list[Any], op: ReduceOp
+                         ) -> Schedule:
     sends = []
     for i, rank in enumerate(group):
         if i != me:
             sends.append((yield Send(rank, slices[i], "nvls reduce-scatter", in_switch=True)))
     others = tuple(rank for i, rank in enumerate(group) if i != me)
     sums = yield RecvReduce(others, slices[me], SUM if op is AVG else op, "nvls reduce-scatter")
-    yield Wait(*sends, *sums)
+    return (*sends, *sums)
 
 
-def _post_all_gather(group: list[int], me: int, chunk: Any) -> Schedule:
-    slices = split_even(chunk, len(group))
+def _post_all_gather(group: list[int], me: int, slices: list[Any]) -> Schedule:
+    # Member i's slice, multicast by the switch, lands at slice i of every member's buffer.
     others = tuple(rank for i, rank in enumerate(group) if i != me)
     handles = yield Multicast(others, slices[me], "nvls all-gather")
     for i, rank in enumerate(group):

@@ -339,12 +339,15 @@ class Launch:
     ``channels`` say what runs, for reports (as NCCL_DEBUG=INFO does). ``fill_bytes`` are
     the bytes of each GPU's buffer that pass the kernel's pipeline stages before it runs at
     its steady pace (``algorithms.nvls.pipeline_fill_bytes``): a simulator charges them at
-    that pace where a switch reduces."""
+    that pace where a switch reduces. ``one_way``: a reduce-scatter or all-gather in the
+    switch, whose pace is the switch's rate over each GPU's link (the buffer crosses it one
+    way), where an all-reduce's buffer crosses it both ways."""
 
     protocol: Protocol = Protocol.SIMPLE
     algorithm: str = ""
     channels: int = 1
     fill_bytes: int = 0
+    one_way: bool = False
 
     def __post_init__(self) -> None:
         if type(self.protocol) is not Protocol:
@@ -352,6 +355,7 @@ class Launch:
         check_channels(self.channels)
         if type(self.fill_bytes) is not int or self.fill_bytes < 0:
             raise ValueError(f"Launch.fill_bytes must be an int >= 0, got {self.fill_bytes!r}")
+        check_flag(self.one_way, "Launch.one_way")
 
     def describe(self) -> str:
         """``algorithm/PROTOCOL/channels``, as ``simcomm bench`` shows it: ``ring/LL/8``."""

@@ -20,10 +20,15 @@ from algorithms.nccl import (
     nccl_ring_reduce_scatter,
 )
 from algorithms.nccl_tree import nccl_tree_allreduce
-from algorithms.nvls import NVLS_CHANNELS, nvls_allreduce, nvls_tree_allreduce
+from algorithms.nvls import (
+    NVLS_CHANNELS, nvls_all_gather, nvls_allreduce, nvls_reduce_scatter, nvls_tree_allreduce,
+)
 from algorithms.ops import SUM, Choice, Comm, Protocol, ReduceOp, check_channels
 
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "nvls_tree")
+# NCCL runs reduce-scatter and all-gather in the switch on one node only (across nodes it
+# needs CollNet, IB SHARP, which is not modelled).
+ONE_WAY_ALGORITHMS = ("ring", "nvls")
 IN_SWITCH = ("nvls", "nvls_tree")  # Simple only, as in NCCL
 AUTO = "auto"
 
@@ -72,13 +77,8 @@ def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO
     """All-reduce as NCCL chooses to run it: ring, tree, hierarchical, NVLS or NVLS-tree (in
     the switch, Simple only), in a protocol, on a number of channels, from ``Comm.tuner``
     (see the module doc) or forced. Returns ``x``, reduced over all ranks."""
-    choice = choose(comm, "allreduce", x.nbytes, algorithm, protocol, channels,
-                    ALLREDUCE_ALGORITHMS)
-    if choice.algorithm in IN_SWITCH and choice.protocol is not Protocol.SIMPLE:
-        if str(protocol).lower() != AUTO:
-            raise ValueError(f"{choice.algorithm} runs under the simple protocol only, not "
-                             f"{protocol!r}")
-        choice = Choice(choice.algorithm, Protocol.SIMPLE, choice.channels)
+    choice = in_switch_simple(choose(comm, "allreduce", x.nbytes, algorithm, protocol,
+                                      channels, ALLREDUCE_ALGORITHMS), protocol)
     if len(x) == 0:
         return x
     if choice.algorithm == "nvls":
@@ -94,21 +94,42 @@ def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO
     return x
 
 
-def nccl_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, protocol: str = AUTO,
-                        channels: int = 0) -> Schedule:
-    """Ring reduce-scatter in the protocol and on the channels the tuner chooses (or
-    forced); returns this rank's chunk of ``x``, reduced (``nccl_ring_reduce_scatter``)."""
-    choice = choose(comm, "reducescatter", x.nbytes, AUTO, protocol, channels)
+def nccl_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO,
+                        protocol: str = AUTO, channels: int = 0) -> Schedule:
+    """Reduce-scatter as NCCL chooses to run it: a ring in a protocol on a number of
+    channels, or on one node NVLS (``nvls_reduce_scatter``), from ``Comm.tuner`` or forced;
+    returns this rank's chunk of ``x``, reduced (``nccl_ring_reduce_scatter``)."""
+    choice = in_switch_simple(choose(comm, "reducescatter", x.nbytes, algorithm, protocol,
+                                      channels, ONE_WAY_ALGORITHMS), protocol)
     if len(x) == 0:
         return x
+    if choice.algorithm == "nvls":
+        return (yield from nvls_reduce_scatter(comm, x, op, choice.channels or NVLS_CHANNELS))
     return (yield from nccl_ring_reduce_scatter(comm, x, op, choice.channels,
                                                 choice.protocol))
 
 
-def nccl_all_gather(comm: Comm, x: Any, protocol: str = AUTO, channels: int = 0) -> Schedule:
-    """Ring all-gather in the protocol and on the channels the tuner chooses (or forced)
+def nccl_all_gather(comm: Comm, x: Any, algorithm: str = AUTO, protocol: str = AUTO,
+                    channels: int = 0) -> Schedule:
+    """All-gather as NCCL chooses to run it: a ring in a protocol on a number of channels,
+    or on one node NVLS (``nvls_all_gather``), from ``Comm.tuner`` or forced
     (``nccl_ring_all_gather``)."""
-    choice = choose(comm, "allgather", x.nbytes, AUTO, protocol, channels)
+    choice = in_switch_simple(choose(comm, "allgather", x.nbytes, algorithm, protocol,
+                                      channels, ONE_WAY_ALGORITHMS), protocol)
     if len(x) == 0:
         return x
+    if choice.algorithm == "nvls":
+        return (yield from nvls_all_gather(comm, x, choice.channels or NVLS_CHANNELS))
     return (yield from nccl_ring_all_gather(comm, x, choice.channels, choice.protocol))
+
+
+def in_switch_simple(choice: Choice, protocol: Protocol | str) -> Choice:
+    """``choice`` under Simple if it runs in the switch, where NCCL runs Simple only: a
+    forced other ``protocol`` is an error; the tuner's protocol for another algorithm is
+    replaced."""
+    if choice.algorithm in IN_SWITCH and choice.protocol is not Protocol.SIMPLE:
+        if str(protocol).lower() != AUTO:
+            raise ValueError(f"{choice.algorithm} runs under the simple protocol only, not "
+                             f"{protocol!r}")
+        choice = Choice(choice.algorithm, Protocol.SIMPLE, choice.channels)
+    return choice

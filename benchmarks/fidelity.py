@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from algorithms.harness.catalog import get_collective
+from algorithms.tuned import ONE_WAY_ALGORITHMS
 from simcomm import SizeOnly, simulate
 from simcomm.bench import host_bound_seconds
 from simcomm.presets import make_preset
@@ -92,10 +93,9 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
         algorithm = FORCED_ALGORITHMS.get(forced.group(1).lower())
         if algorithm is None:
             return f"NCCL_ALGO={forced.group(1)} not modelled"
-        if program == "all_reduce_perf":
-            params["algorithm"] = algorithm
-        elif algorithm != "ring":  # the simulator reduce-scatters and all-gathers on rings
+        if program != "all_reduce_perf" and algorithm not in ONE_WAY_ALGORITHMS:
             return f"NCCL_ALGO={forced.group(1)} not modelled for this collective"
+        params["algorithm"] = algorithm
     if "TCPXO" in table.header.get("nic", ""):
         return "no preset for a TCP network (GPUDirect-TCPXO)"
     layout = table.header.get("gpus_per_node", "")

@@ -49,7 +49,8 @@ from algorithms.nccl import (
 )
 from algorithms.nccl_tree import nccl_tree_allreduce, tree_chunk_bytes
 from algorithms.nvls import (
-    NVLS_CHANNELS, nvls_allreduce, nvls_chunk_bytes, nvls_tree_allreduce, nvls_tree_chunk_bytes,
+    NVLS_CHANNELS, nvls_all_gather, nvls_allreduce, nvls_chunk_bytes, nvls_reduce_scatter,
+    nvls_tree_allreduce, nvls_tree_chunk_bytes,
     pipeline_chunks,
 )
 from algorithms.ops import (
@@ -57,8 +58,8 @@ from algorithms.ops import (
     check_flag, check_root,
 )
 from algorithms.tuned import (
-    ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, choose, nccl_all_gather, nccl_allreduce,
-    nccl_reduce_scatter,
+    ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, ONE_WAY_ALGORITHMS, choose, in_switch_simple,
+    nccl_all_gather, nccl_allreduce, nccl_reduce_scatter,
 )
 from simcomm.buffers import SizeOnly
 from simcomm.results import SimResult, link_stats
@@ -585,8 +586,8 @@ def _tuned_cost(machine: Machine, collective: str, count: int, itemsize: int,
     algorithm makes it (``choose``, with the machine's tuner), timed by ``_estimated``."""
     topology = machine.topology
     comm = Comm(0, topology.size, topology.local_size, machine.tuner)
-    choice = choose(comm, collective, count * itemsize, algorithm, protocol, channels,
-                    algorithms)
+    choice = in_switch_simple(choose(comm, collective, count * itemsize, algorithm, protocol,
+                                     channels, algorithms), protocol)
     if choice.algorithm in IN_SWITCH:
         choice = Choice(choice.algorithm, Protocol.SIMPLE, choice.channels or NVLS_CHANNELS)
     if count == 0:  # NCCL drops an empty collective before it launches
@@ -661,9 +662,10 @@ def _nccl_tree_allreduce_cost(machine: Machine, count: int, itemsize: int,
                                         protocol=protocol, chunk_bytes=chunk_bytes)
 
 
-def _in_switch(algorithm: str) -> Callable[..., CollectiveCost]:
-    """The cost of ``nvls_allreduce`` or ``nvls_tree_allreduce`` called directly: Simple,
-    on the channels given (NCCL's 16 by default), buffers not registered."""
+def _in_switch(algorithm: str, collective: str = "allreduce") -> Callable[..., CollectiveCost]:
+    """The cost of ``nvls_allreduce``, ``nvls_tree_allreduce`` or (``collective``)
+    ``nvls_reduce_scatter`` called directly: Simple, on the channels given (NCCL's 16 by
+    default), buffers not registered."""
     def cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
              channels: int = NVLS_CHANNELS, chunk_bytes: int = 0, registered: bool = False
              ) -> CollectiveCost:
@@ -671,9 +673,16 @@ def _in_switch(algorithm: str) -> Callable[..., CollectiveCost]:
         if registered is not False:
             raise ValueError("the collective level times buffers NCCL does not know "
                              "(registered=False): run registered buffers at the message level")
-        return _forced("allreduce", algorithm)(machine, count, itemsize, channels=channels,
-                                               chunk_bytes=chunk_bytes)
+        return _forced(collective, algorithm)(machine, count, itemsize, channels=channels,
+                                              chunk_bytes=chunk_bytes)
     return cost
+
+
+def _nvls_all_gather_cost(machine: Machine, count: int, itemsize: int,
+                          channels: int = NVLS_CHANNELS, chunk_bytes: int = 0,
+                          registered: bool = False) -> CollectiveCost:
+    return _in_switch("nvls", "allgather")(machine, count, itemsize, channels=channels,
+                                            chunk_bytes=chunk_bytes, registered=registered)
 
 
 def _hierarchical_allreduce_cost(machine: Machine, count: int, itemsize: int,
@@ -691,14 +700,16 @@ def _nccl_allreduce_cost(machine: Machine, count: int, itemsize: int, op: Reduce
 
 
 def _nccl_reduce_scatter_cost(machine: Machine, count: int, itemsize: int,
-                              op: ReduceOp = SUM, protocol: str = AUTO, channels: int = 0
-                              ) -> CollectiveCost:
-    return _tuned_cost(machine, "reducescatter", count, itemsize, AUTO, protocol, channels)
+                              op: ReduceOp = SUM, algorithm: str = AUTO, protocol: str = AUTO,
+                              channels: int = 0) -> CollectiveCost:
+    return _tuned_cost(machine, "reducescatter", count, itemsize, algorithm, protocol,
+                       channels, ONE_WAY_ALGORITHMS)
 
 
-def _nccl_all_gather_cost(machine: Machine, count: int, itemsize: int, protocol: str = AUTO,
-                          channels: int = 0) -> CollectiveCost:
-    return _tuned_cost(machine, "allgather", count, itemsize, AUTO, protocol, channels)
+def _nccl_all_gather_cost(machine: Machine, count: int, itemsize: int, algorithm: str = AUTO,
+                          protocol: str = AUTO, channels: int = 0) -> CollectiveCost:
+    return _tuned_cost(machine, "allgather", count, itemsize, algorithm, protocol, channels,
+                       ONE_WAY_ALGORITHMS)
 
 
 def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, comm: Comm,
@@ -726,6 +737,14 @@ def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, 
         return within + sum(2 * nodes * (nodes - 1) * ring_slices(_parts(chunk, nodes)[0]
                                                                    * itemsize)
                             for chunk in chunks)
+    if choice.algorithm == "nvls" and collective != "allreduce":
+        # Per channel and piece, each rank sends into the switch to, or receives from, every
+        # other; pieces as the first rank's part has bytes and the last one elements.
+        chunk = nvls_chunk_bytes(count * itemsize, choice.channels, p)
+        first, last = (_parts(length, choice.channels)
+                       for length in (_parts(count, p)[0], _parts(count, p)[-1]))
+        return sum(p * (p - 1) * min(pipeline_chunks(a * itemsize, chunk), b or 1)
+                   for a, b in zip(first, last))
     parts = _parts(count, choice.channels)
     if choice.algorithm == "nvls":
         chunk = nvls_chunk_bytes(count * itemsize, choice.channels, p)
@@ -778,6 +797,9 @@ MODELS: dict[Callable[..., Any], _Model] = {
     reduce_broadcast_allreduce: _Model(_reduce_broadcast_cost, lambda p: 2 * (p - 1)),
     all_to_all: _Model(_all_to_all_cost, lambda p: p * (p - 1), _all_to_all_result),
     nvls_allreduce: _Model(_in_switch("nvls"), lambda p: 2 * p * (p - 1)),
+    nvls_reduce_scatter: _Model(_in_switch("nvls", "reducescatter"), _ring_messages(1),
+                                _own_chunk),
+    nvls_all_gather: _Model(_nvls_all_gather_cost, _ring_messages(1)),
     # A tree's 2 (p - 1) messages at least (one GPU a node).
     nvls_tree_allreduce: _Model(_in_switch("nvls_tree"), lambda p: 2 * (p - 1)),
     # Rings of L ranks in nodes and of N = p / L along rails: 2p(L + N - 2) messages at

@@ -752,7 +752,7 @@ class _Simulation(Interpreter):
         self.simple_routes_of[task.rank] = self.routes_of[task.rank][Protocol.SIMPLE]
         self.piped_routes_of[task.rank] = self.tree_piped_routes if tree else self.piped_routes
         latency = _ticks(self.topology.launch_latency.of(op.protocol, op.algorithm)
-                         + self._fill_seconds(op.fill_bytes))
+                         + self._fill_seconds(op))
         if self.record and latency:
             now = self.env.now / TICKS_PER_SECOND
             self.trace.append(TraceEvent("launch", task.rank, task.channel, now,
@@ -760,14 +760,16 @@ class _Simulation(Interpreter):
                                          label=f"launch {op.protocol.value}"))
         return self._sleep_until(task, self.env.now + latency)
 
-    def _fill_seconds(self, fill_bytes: int) -> float:
+    def _fill_seconds(self, op: Launch) -> float:
         # An in-switch pipeline's fill moves at the pace it keeps once full; where no
         # switch reduces, the algorithm's plain sends take their own time.
-        if not fill_bytes or not self.reducing:
+        if not op.fill_bytes or not self.reducing:
             return 0.0
+        if op.one_way:
+            return op.fill_bytes / self.topology.switch_rate(0)
         if self.in_switch_pace is None:
             self.in_switch_pace = ModelTuner(self.topology).in_switch_pace()
-        return fill_bytes / self.in_switch_pace
+        return op.fill_bytes / self.in_switch_pace
 
     def footprint(self, task: _Task, op: Footprint) -> None:
         if self.record:

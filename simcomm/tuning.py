@@ -46,14 +46,13 @@ from algorithms.ops import Choice, Comm, Protocol
 from algorithms.tuned import IN_SWITCH
 from simcomm.topology import WIRE_EFFICIENCY, Topology
 
-# Collective -> algorithms the tuner weighs for it: NCCL's (its CollNet is not modelled; it
-# runs reduce-scatter and all-gather as rings otherwise). NVLS where a switch reduces: on
-# one node NVLS itself (NCCL runs it across nodes only with CollNet), across nodes
-# NVLS-tree.
+# Collective -> algorithms the tuner weighs for it: NCCL's (its CollNet is not modelled).
+# Where a switch reduces: on one node NVLS (NCCL runs it across nodes only with CollNet),
+# across nodes NVLS-tree, for the all-reduce alone.
 CANDIDATES: dict[str, tuple[str, ...]] = {
-    "allreduce": ("ring", "tree", "nvls"),
-    "reducescatter": ("ring",),
-    "allgather": ("ring",),
+    "allreduce": ("ring", "tree", "nvls", "nvls_tree"),
+    "reducescatter": ("ring", "nvls"),
+    "allgather": ("ring", "nvls"),
 }
 
 # NCCL runs a small call of a ring or tree on fewer channels than it has: as many as give each
@@ -127,11 +126,11 @@ class ModelTuner:
             raise ValueError(f"no tuner for collective {collective!r}; known: "
                              f"{', '.join(CANDIDATES)}")
         candidates = [Choice(algorithm, protocol, self.channels)
-                      for algorithm in CANDIDATES[collective] if algorithm != "nvls"
+                      for algorithm in CANDIDATES[collective] if algorithm not in IN_SWITCH
                       for protocol in self.protocols()]
         if "nvls" in CANDIDATES[collective] and self.has_nvls():
             candidates.append(Choice("nvls", Protocol.SIMPLE, NVLS_CHANNELS))
-        if "nvls" in CANDIDATES[collective] and self.has_nvls_tree():
+        if "nvls_tree" in CANDIDATES[collective] and self.has_nvls_tree():
             candidates.append(Choice("nvls_tree", Protocol.SIMPLE, NVLS_CHANNELS))
         return {choice: self.estimate(collective, choice, nbytes) for choice in candidates}
 
@@ -143,7 +142,9 @@ class ModelTuner:
         (``ncclTopoTuneModel`` in src/graph/tuning.cc disables the others; a forced one then
         fails with ncclInvalidUsage, ``topoGetAlgoInfo`` in src/enqueue.cc)."""
         if algorithm == "nvls" and not (self.topology.reducing_switches and self._one_node()):
-            raise ValueError(self._no_in_switch("nvls", "one node", "nvls_tree"))
+            other = "nvls_tree" if collective == "allreduce" else "ring (across nodes NCCL " \
+                "runs it in the switch only with CollNet, IB SHARP, which is not modelled)"
+            raise ValueError(self._no_in_switch("nvls", "one node", other))
         if algorithm == "nvls_tree" and not self.has_nvls_tree():
             raise ValueError(self._no_in_switch("nvls_tree", "several nodes", "nvls"))
         if algorithm in IN_SWITCH:
@@ -200,6 +201,8 @@ class ModelTuner:
             return launch + self._trees(comm, choice.channels, nbytes, protocol, chunk_bytes)
         if choice.algorithm == "nvls" and collective == "allreduce":
             return launch + self._nvls(choice.channels, nbytes)
+        if choice.algorithm == "nvls" and collective in ("reducescatter", "allgather"):
+            return launch + self._nvls_one_way(choice.channels, nbytes)
         if choice.algorithm == "nvls_tree" and collective == "allreduce":
             return launch + self._nvls_tree(choice.channels, nbytes)
         raise ValueError(f"no estimate for {collective} by algorithm {choice.algorithm!r}")
@@ -236,6 +239,20 @@ class ModelTuner:
         fill = pipeline_fill_bytes(nbytes, chunk, channels, p, 0, False)
         # While the first chunks go up the downlinks idle, for about a slice of a chunk.
         return 2 * step + (nbytes + fill) / pace + nbytes / chunks / p / rate
+
+    def _nvls_one_way(self, channels: int, nbytes: int) -> float:
+        """Seconds for NVLS to reduce-scatter or all-gather ``nbytes`` (the whole buffer)
+        (``algorithms.nvls.nvls_reduce_scatter``, ``nvls_all_gather``): one in-switch step
+        per chunk, each GPU's way carrying the whole buffer one way (its own slice too) at
+        the switch's rate, after the pipeline's fill."""
+        topology, p = self.topology, self.topology.size
+        route = [topology.links[i] for i in topology.route(0, 1)]
+        step = sum(link.latency for link in route) + topology.switch_latency
+        rate = topology.switch_rate(0)
+        chunk = nvls_chunk_bytes(nbytes, channels, p)
+        chunks = pipeline_chunks(nbytes / channels / p, chunk)
+        fill = pipeline_fill_bytes(nbytes, chunk, channels, p, 0, False, one_way=True)
+        return step + (nbytes + fill + nbytes / chunks / p) / rate
 
     def in_switch_pace(self) -> float:
         """Bytes of the buffer per second that each GPU's NVLS or NVLS-tree all-reduce

@@ -359,6 +359,20 @@ def test_nccl_class_collectives_are_estimated_near_the_message_level(
         assert collective.time == pytest.approx(message.time, rel=tolerance, abs=1e-12)
 
 
+@pytest.mark.parametrize("algorithm, params", [
+    ("nccl_reduce_scatter", {"algorithm": "nvls", "op": AVG}),
+    ("nccl_all_gather", {"algorithm": "nvls"}), ("nvls_reduce_scatter", {"channels": 5}),
+    ("nvls_all_gather", {})])
+def test_reduce_scatter_and_all_gather_in_the_switch_are_estimated_near_the_message_level(
+        algorithm, params) -> None:
+    import algorithms
+    function, topology = getattr(algorithms, algorithm), make_preset("dgx-h100")
+    for count in (0, 1000, 2**18 + 8, 2**22 + 3):
+        message, collective = _both_levels(function, topology, count, np.float32, **params)
+        assert collective.messages == message.messages, count
+        assert collective.time == pytest.approx(message.time, rel=0.10, abs=1e-12), count
+
+
 @pytest.mark.parametrize("spec", ["dgx-h100", "cluster-h100:nodes=4"])
 def test_a_binomial_tree_on_a_power_of_two_ranks_is_exact(spec) -> None:
     message, collective = _both_levels(reduce_broadcast_allreduce, make_preset(spec), 2**18,

@@ -48,8 +48,8 @@ def test_every_published_table_reads_with_its_source(path) -> None:
      ("cluster-h100:nodes=8,channels=24", "nccl_allreduce", {})),
     ("h100-1node-ring-allreduce-togethernccl",  # NCCL_ALGO=RING
      ("dgx-h100", "nccl_allreduce", {"algorithm": "ring"})),
-    ("h100-1node-ring-allgather-togethernccl",  # the simulator all-gathers on rings only
-     ("dgx-h100", "nccl_all_gather", {})),
+    ("h100-1node-ring-allgather-togethernccl",  # NCCL_ALGO=RING
+     ("dgx-h100", "nccl_all_gather", {"algorithm": "ring"})),
     ("h100-2nodes-default-gcpa3mega", "no preset for a TCP network (GPUDirect-TCPXO)"),
 ])
 def test_tables_map_to_the_model_their_headers_describe(name, model) -> None:
@@ -62,9 +62,9 @@ def test_an_algorithm_the_simulator_lacks_is_named(tmp_path) -> None:
     path.write_text(text.replace("NCCL_ALGO=NVLSTree", "NCCL_ALGO=CollnetDirect"))
     assert fidelity.model_for(fidelity.read_table(path)) == "NCCL_ALGO=CollnetDirect not modelled"
     text = (PUBLISHED / "h100-1node-ring-allgather-togethernccl.csv").read_text()
-    path.write_text(text.replace("NCCL_ALGO=RING", "NCCL_ALGO=NVLS"))
+    path.write_text(text.replace("NCCL_ALGO=RING", "NCCL_ALGO=NVLSTree"))
     assert (fidelity.model_for(fidelity.read_table(path))
-            == "NCCL_ALGO=NVLS not modelled for this collective")
+            == "NCCL_ALGO=NVLSTree not modelled for this collective")
 
 
 def test_one_process_driving_eight_gpus_is_read_from_the_test_header() -> None:

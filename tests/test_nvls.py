@@ -16,8 +16,8 @@ from algorithms import (
     AVG, MAX, SUM, Multicast, Recv, RecvReduce, Send, Wait, nccl_allreduce,
 )
 from algorithms.nvls import (
-    nvls_allreduce, nvls_channels, nvls_chunk_bytes, nvls_tree_allreduce, nvls_tree_chunk_bytes,
-    pipeline_fill_bytes,
+    nvls_all_gather, nvls_allreduce, nvls_channels, nvls_chunk_bytes, nvls_reduce_scatter,
+    nvls_tree_allreduce, nvls_tree_chunk_bytes, pipeline_fill_bytes,
 )
 from algorithms.protocol import ProtocolError
 from realcomm import Driver, spawn
@@ -125,6 +125,49 @@ def test_results_equal_the_reference_wherever_it_runs(algorithm, topology, op) -
     result = simulate(algorithm, data, topology, op=op, channels=3, chunk_bytes=48)
     want = {SUM: np.sum, MAX: np.max, AVG: np.mean}[op](data, axis=0)
     for got in result.results:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("p", [2, 3, 8])
+def test_one_way_collectives_carry_the_whole_buffer_one_way_at_the_switch_rate(p) -> None:
+    # Reduce-scatter: the switch reads every GPU's slice, the asking GPU's own too, so each
+    # uplink carries the whole buffer and each downlink its sum; all-gather: each GPU writes
+    # its slice once, and the switch copies every slice to every GPU, its writer too (S.
+    # Jeaugey in NVIDIA/nccl issue #1083). One chunk, registered: one in-switch step.
+    efficiency, wait, nbytes = 0.5, 1e-6, p * 10**6
+    topology = reducing_switch(p, efficiency, wait)
+    for algorithm in (nvls_reduce_scatter, nvls_all_gather):
+        result = simulate(algorithm, [SizeOnly(nbytes // 4, np.float32)] * p, topology,
+                          channels=1, chunk_bytes=nbytes, registered=True)
+        assert result.time == pytest.approx(nbytes / (efficiency * BANDWIDTH) + LATENCY + wait,
+                                            rel=1e-9)
+        up = [s.bytes for s in result.links if s.link.src.startswith("gpu")]
+        down = [s.bytes for s in result.links if s.link.dst.startswith("gpu")]
+        heavy, light = (up, down) if algorithm is nvls_reduce_scatter else (down, up)
+        assert heavy == [nbytes] * p and light == [nbytes // p] * p
+    # Unregistered: one copy stage (into the switch's buffer, or out of it) fills first.
+    copied = simulate(nvls_all_gather, [SizeOnly(nbytes // 4, np.float32)] * p, topology,
+                      channels=1, chunk_bytes=nbytes)
+    assert copied.time == pytest.approx(2 * nbytes / (efficiency * BANDWIDTH) + LATENCY + wait,
+                                        rel=1e-9)
+
+
+@pytest.mark.parametrize("topology", [reducing_switch(5), switch(5, BANDWIDTH, LATENCY),
+                                      TWO_NODES, reducing_switch(1)],
+                         ids=["reducing-switch", "plain-switch", "two-nodes", "one-rank"])
+@pytest.mark.parametrize("op", [SUM, MAX, AVG])
+def test_one_way_results_equal_the_reference_wherever_they_run(topology, op) -> None:
+    p = topology.size
+    rng = np.random.default_rng(2)
+    data = [rng.integers(-5, 6, 53).astype(np.float64) for _ in range(p)]
+    scattered = simulate(nvls_reduce_scatter, data, topology, op=op, channels=3, chunk_bytes=16)
+    reduced = {SUM: np.sum, MAX: np.max, AVG: np.mean}[op](data, axis=0)
+    bounds = np.cumsum([0] + [len(c) for c in np.array_split(reduced, p)])
+    for rank, got in enumerate(scattered.results):
+        np.testing.assert_array_equal(got, reduced[bounds[rank]:bounds[rank + 1]])
+    gathered = simulate(nvls_all_gather, data, topology, channels=3, chunk_bytes=16)
+    want = np.concatenate([data[r][bounds[r]:bounds[r + 1]] for r in range(p)])
+    for got in gathered.results:
         np.testing.assert_array_equal(got, want)
 
 
@@ -253,6 +296,9 @@ def test_two_nodes_choose_nvls_tree_for_a_large_buffer_as_nccl_does(preset, meas
 
 RANKS = 3
 TORCH_OPS = {SUM: dist.ReduceOp.SUM, MAX: dist.ReduceOp.MAX, AVG: dist.ReduceOp.AVG}
+# Newer torch renames the tensor forms of reduce-scatter and all-gather.
+_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 
 
 def _run(data: list[np.ndarray]) -> list[tuple[list[float], list[float]]]:
@@ -264,6 +310,19 @@ def _run(data: list[np.ndarray]) -> list[tuple[list[float], list[float]]]:
         native = torch.from_numpy(data[rank].copy())
         dist.all_reduce(native, TORCH_OPS[op])
         replies.append((ours.tolist(), native.tolist()))
+        # Chunk r of the sum to rank r; below, chunk r of rank r's buffer to everyone (36
+        # elements: even chunks, which torch's own collectives need).
+        whole = torch.from_numpy(data[rank][:36].copy())
+        ours = driver.run(nvls_reduce_scatter, whole.clone(), op=op, channels=2,
+                          chunk_bytes=8)
+        native = torch.empty(36 // RANKS)
+        _reduce_scatter(native, whole.clone(), TORCH_OPS[op])
+        replies.append((ours.tolist(), native.tolist()))
+    whole = torch.from_numpy(data[rank][:36].copy())
+    ours = driver.run(nvls_all_gather, whole.clone(), channels=2, chunk_bytes=8)
+    native, size = torch.empty(36), 36 // RANKS
+    _all_gather(native, whole[rank * size:(rank + 1) * size].clone())
+    replies.append((ours.tolist(), native.tolist()))
     return replies
 
 
@@ -271,12 +330,22 @@ def test_over_gloo_it_matches_torch_and_the_simulator() -> None:
     data = [np.random.default_rng(r).integers(-3, 4, 37).astype(np.float32)
             for r in range(RANKS)]
     real = spawn(_run, RANKS, (data,), timeout=120)
+    switch = reducing_switch(RANKS)
     for index, op in enumerate((SUM, MAX, AVG)):
-        simulated = simulate(nvls_allreduce, data, reducing_switch(RANKS), op=op, channels=2,
+        simulated = simulate(nvls_allreduce, data, switch, op=op, channels=2,
                              chunk_bytes=24).results
+        scattered = simulate(nvls_reduce_scatter, [d[:36] for d in data], switch, op=op,
+                             channels=2, chunk_bytes=8).results
         for rank in range(RANKS):
-            ours, native = real[rank][index]
+            ours, native = real[rank][2 * index]
             assert ours == native == simulated[rank].tolist(), (op, rank)
+            ours, native = real[rank][2 * index + 1]
+            assert ours == native == scattered[rank].tolist(), (op, rank)
+    gathered = simulate(nvls_all_gather, [d[:36] for d in data], switch, channels=2,
+                        chunk_bytes=8).results
+    for rank in range(RANKS):
+        ours, native = real[rank][-1]
+        assert ours == native == gathered[rank].tolist(), rank
 
 
 # -- NVLS-tree: the switch within nodes, a tree of the nodes along every rail -----------------

@@ -38,6 +38,8 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("hierarchical_allreduce", {}),
     ("nvls_allreduce", {"channels": 3, "chunk_bytes": 64}),  # 16 channels cost 3x as much
     ("nvls_tree_allreduce", {"channels": 3, "chunk_bytes": 64, "registered": True}),
+    ("nvls_reduce_scatter", {"channels": 3, "chunk_bytes": 32}),
+    ("nvls_all_gather", {"channels": 2, "chunk_bytes": 48, "registered": True}),
     ("nccl_allreduce", {}),  # whatever the model's tuner picks at the drawn size
     ("nccl_allreduce", {"algorithm": "tree", "protocol": "ll128", "channels": 2}),
     ("nccl_reduce_scatter", {}),
@@ -60,7 +62,8 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
 # dispatch to algorithms tested above get fewer examples, to keep the suite's time.
 FEWER_EXAMPLES = {"nccl_ring_allreduce": 1, "nccl_ring_reduce_scatter": 1,
                   "nccl_ring_all_gather": 1, "nccl_allreduce": 1, "nccl_reduce_scatter": 1,
-                  "nccl_all_gather": 1, "nvls_allreduce": 1, "nvls_tree_allreduce": 1}
+                  "nccl_all_gather": 1, "nvls_allreduce": 1, "nvls_tree_allreduce": 1,
+                  "nvls_reduce_scatter": 1, "nvls_all_gather": 1}
 
 
 def _ids(variants: list[tuple[str, dict[str, Any]]]) -> list[str]:

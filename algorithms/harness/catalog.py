@@ -88,6 +88,8 @@ COLLECTIVES: MappingProxyType[str, Collective] = MappingProxyType({
         _builtin("hierarchical_allreduce", nccl.hierarchical_allreduce, "allreduce"),
         _builtin("nvls_allreduce", nvls.nvls_allreduce, "allreduce"),
         _builtin("nvls_tree_allreduce", nvls.nvls_tree_allreduce, "allreduce"),
+        _builtin("nvls_reduce_scatter", nvls.nvls_reduce_scatter, "reducescatter"),
+        _builtin("nvls_all_gather", nvls.nvls_all_gather, "allgather"),
         _builtin("nccl_allreduce", tuned.nccl_allreduce, "allreduce"),
         _builtin("nccl_reduce_scatter", tuned.nccl_reduce_scatter, "reducescatter"),
         _builtin("nccl_all_gather", tuned.nccl_all_gather, "allgather"),
@@ -116,8 +118,10 @@ def channel_names(name: str, params: dict[str, Any], ranks_per_node: int) -> lis
     channels = params.get("channels", 0)
     algorithm = params.get("algorithm", tuned.AUTO)
     tuned_allreduce = name == "nccl_allreduce"
-    if name in ("nvls_allreduce", "nvls_tree_allreduce") or (
-            tuned_allreduce and algorithm in tuned.IN_SWITCH):
+    in_switch = ("nvls_allreduce", "nvls_tree_allreduce", "nvls_reduce_scatter",
+                 "nvls_all_gather")
+    tuned_names = ("nccl_allreduce", "nccl_reduce_scatter", "nccl_all_gather")
+    if name in in_switch or (name in tuned_names and algorithm in tuned.IN_SWITCH):
         return nvls.nvls_channels(channels or nvls.NVLS_CHANNELS)
     count = channels or ranks_per_node  # the NCCL-class default: one per rank of a node
     if name == "nccl_tree_allreduce" or (tuned_allreduce and algorithm == "tree"):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from algorithms.nccl import as_protocol
 from algorithms.ops import MAX_CHANNELS, Choice, Protocol
-from algorithms.tuned import ALLREDUCE_ALGORITHMS, IN_SWITCH
+from algorithms.tuned import ALLREDUCE_ALGORITHMS, IN_SWITCH, ONE_WAY_ALGORITHMS
 
 COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
            "nNodes", "nRanks")
@@ -58,13 +58,12 @@ class TunerRow:
 
     def runs_here(self) -> bool:
         """Whether this project's collective runs the row's algorithm and protocol: the
-        all-reduce every algorithm (the in-switch ones under Simple only, as NCCL), the
-        reduce-scatter and the all-gather rings only; NCCL's broadcast and reduce none."""
+        all-reduce every algorithm, the reduce-scatter and the all-gather the ring and NVLS
+        (the in-switch ones under Simple only, as NCCL); NCCL's broadcast and reduce none."""
         algorithm, protocol = self.choice.algorithm, self.choice.protocol
-        if self.collective == "allreduce":
-            return algorithm in ALLREDUCE_ALGORITHMS and (
-                algorithm not in IN_SWITCH or protocol is Protocol.SIMPLE)
-        return self.collective in ("reducescatter", "allgather") and algorithm == "ring"
+        known = {"allreduce": ALLREDUCE_ALGORITHMS, "reducescatter": ONE_WAY_ALGORITHMS,
+                 "allgather": ONE_WAY_ALGORITHMS}.get(self.collective, ())
+        return algorithm in known and (algorithm not in IN_SWITCH or protocol is Protocol.SIMPLE)
 
     def csv(self) -> str:
         """The row as a line of the file (channels -1 when the choice keeps the default)."""
