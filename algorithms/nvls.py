@@ -22,6 +22,11 @@ slice with the GPUs of the same local rank in the other nodes, up and down a tre
 nodes (NCCL's double binary tree, ``algorithms.nccl_tree``), over its own NIC; and the
 switch multicasts the result in the node. The three stages run at once on successive
 chunks.
+
+A reduce-scatter or an all-gather uses one of the two steps alone (NCCL runs them in the
+switch on one node): the sums land on their owners, or each GPU's chunk is multicast to
+all. The switch reads from, or writes to, every GPU, the asking or writing one too, so each
+GPU's link carries the whole buffer one way, more than a ring's (p - 1) / p.
 """
 
 from __future__ import annotations
@@ -141,7 +146,7 @@ def nvls_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 
     each way: slower, as NVIDIA says of it (S. Jeaugey in NVIDIA/nccl issue #1083), but the
     GPUs reduce nothing and NCCL gives it fewer SMs. Returns this rank's chunk, reduced."""
     _check(channels, chunk_bytes, registered)
-    yield from _one_way(comm, x, op, channels, chunk_bytes, registered, "nvls reduce-scatter")
+    yield from _one_way(comm, x, op, channels, chunk_bytes, registered)
     return split_even(x, comm.size)[comm.rank]
 
 
@@ -154,12 +159,12 @@ def nvls_all_gather(comm: Comm, x: Any, channels: int = NVLS_CHANNELS, chunk_byt
     each GPU's link carries the whole buffer down. Every rank ends with chunk r of rank r's
     ``x`` at chunk r."""
     _check(channels, chunk_bytes, registered)
-    yield from _one_way(comm, x, None, channels, chunk_bytes, registered, "nvls all-gather")
+    yield from _one_way(comm, x, None, channels, chunk_bytes, registered)
     return x
 
 
 def _one_way(comm: Comm, x: Any, op: ReduceOp | None, channels: int, chunk_bytes: int,
-             registered: bool, name: str) -> Schedule:
+             registered: bool) -> Schedule:
     # Channel c moves part c of every rank's chunk, in steps of one piece of each; a
     # reduction (``op``) or else a multicast. An average travels as a sum, divided once.
     p = comm.size

@@ -381,7 +381,10 @@ class Choice:
 # nccl-tests names them: "allreduce", "reducescatter", "allgather". A tuner may also have a
 # method best_for(collective, bytes per rank, algorithm) -> Choice: its pick when the caller
 # forces the algorithm (as NCCL_ALGO does); without one the forced algorithm runs under the
-# protocol of the tuner's own pick.
+# protocol of the tuner's own pick. And a method best_with(collective, bytes per rank,
+# protocol) -> Choice: its pick when the caller forces the protocol alone (as NCCL_PROTO
+# does); without one the tuner's pick runs under the forced protocol (the ring, if the pick
+# runs in the switch, which takes Simple only).
 Tuner = Callable[[str, int], Choice]
 
 

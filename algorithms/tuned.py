@@ -60,9 +60,16 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
     picked = (comm.tuner(collective, nbytes) if comm.tuner is not None
               else Choice("ring", Protocol.SIMPLE, 0))
     best_for = getattr(comm.tuner, "best_for", None)
+    best_with = getattr(comm.tuner, "best_with", None)
     if isinstance(picked, Choice) and algorithm not in (AUTO, picked.algorithm) and (
             best_for is not None):
         picked = best_for(collective, nbytes, algorithm)  # as NCCL_ALGO does
+    elif isinstance(picked, Choice) and algorithm == AUTO and forced not in (
+            None, picked.protocol):  # as NCCL_PROTO does: the fastest under that protocol
+        if best_with is not None:
+            picked = best_with(collective, nbytes, forced)
+        elif picked.algorithm in IN_SWITCH and forced is not Protocol.SIMPLE:
+            picked = Choice("ring", forced, 0)
     if not isinstance(picked, Choice):
         raise TypeError(f"the tuner returned {picked!r} for {collective} of {nbytes} bytes, "
                         "not a Choice(algorithm, protocol, channels)")

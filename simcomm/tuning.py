@@ -155,6 +155,20 @@ class ModelTuner:
             min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes)),
             nbytes, self.topology.size)
 
+    def best_with(self, collective: str, nbytes: int, protocol: Protocol) -> Choice:
+        """The fastest algorithm and channels under ``protocol``, as NCCL chooses when
+        NCCL_PROTO names it alone (NVLS and NVLS-tree run under Simple only)."""
+        estimates = {choice: seconds
+                     for choice, seconds in self.estimates(collective, nbytes).items()
+                     if choice.protocol is protocol}
+        if not estimates:  # LL128 where the topology does not enable it: run it all the same
+            candidates = [Choice(algorithm, protocol, self.channels)
+                          for algorithm in CANDIDATES[collective] if algorithm not in IN_SWITCH]
+            estimates = {choice: self.estimate(collective, choice, nbytes)
+                         for choice in candidates}
+        return call_channels(min(estimates, key=estimates.__getitem__), nbytes,
+                             self.topology.size)
+
     def protocols(self) -> list[Protocol]:
         """The protocols NCCL weighs here unless told: all but LL128 where the topology
         does not enable it (``Topology.ll128_enabled``; NVIDIA/nccl v2.26.2

@@ -201,6 +201,27 @@ def test_reduce_scatter_and_all_gather_stay_on_rings_as_nccl_runs_them(collectiv
     assert busbw == pytest.approx(264, rel=0.02)
 
 
+@pytest.mark.parametrize("function", ["nccl_allreduce", "nccl_all_gather"])
+def test_a_forced_protocol_alone_runs_the_fastest_algorithm_under_it(function) -> None:
+    # NCCL_PROTO=LL leaves NCCL the algorithms that run under LL: where the tuner's pick
+    # runs in the switch (Simple only) the call used to fail. A counterexample of the
+    # property tests (an all-gather under LL on a switch that reduces).
+    topology = make_preset("dgx-h100")
+    inputs = [SizeOnly(1 << 28, np.float32)] * topology.size
+    collective = get_collective(function).function
+    assert simulate(collective, inputs, topology).launches[0].algorithm == (
+        "nvls" if function == "nccl_allreduce" else "ring")
+    forced = simulate(collective, inputs, topology, protocol="ll")
+    assert forced.launches[0].describe() == "ring/LL/24"
+    # Across two nodes under Simple the tuner weighs every algorithm that runs under it.
+    two_nodes = ModelTuner(make_preset("cluster-h100:nodes=2"))
+    estimates = {c: t for c, t in two_nodes.estimates("allreduce", 1 << 20).items()
+                 if c.protocol is Protocol.SIMPLE}
+    best = min(estimates, key=estimates.__getitem__)
+    assert two_nodes.best_with("allreduce", 1 << 20, Protocol.SIMPLE).algorithm == (
+        best.algorithm)
+
+
 @pytest.mark.parametrize("function", ["nccl_reduce_scatter", "nccl_all_gather"])
 def test_nvls_reduce_scatter_and_all_gather_are_refused_across_nodes(function) -> None:
     # Across nodes NCCL runs them in the switch only with CollNet (IB SHARP), not modelled.
