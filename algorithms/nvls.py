@@ -169,7 +169,8 @@ def _one_way(comm: Comm, x: Any, op: ReduceOp | None, channels: int, chunk_bytes
     # reduction (``op``) or else a multicast. An average travels as a sum, divided once.
     p = comm.size
     parts = [split_even(chunk, channels) for chunk in split_even(x, p)]
-    chunk_bytes = chunk_bytes or nvls_chunk_bytes(x.nbytes, channels, p)  # as NCCL: whole buffer
+    # NCCL sizes the chunk from the whole buffer (the gathered one), as for an all-reduce.
+    chunk_bytes = chunk_bytes or nvls_chunk_bytes(x.nbytes, channels, p)
     yield Launch(Protocol.SIMPLE, "nvls", channels, pipeline_fill_bytes(
         x.nbytes, chunk_bytes, channels, p, 0, registered, one_way=True), one_way=True)
     if p == 1:

@@ -38,15 +38,11 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
            algorithms: tuple[str, ...] = ("ring",)) -> Choice:
     """How to run one call: the tuner's choice (ring with Simple without one), with
     ``algorithm``, ``protocol`` and ``channels`` (0: the choice's) forced where given. A
-    forced algorithm runs under the tuner's best protocol for it where the tuner can say
-    (``best_for``, see ``algorithms.ops.Tuner``)."""
-    # Names in any case, NCCL_ALGO's spelling too (Ring, NVLSTree).
-    names = {name.replace("_", ""): name for name in (*algorithms, AUTO)}
-    name = names.get(str(algorithm).lower().replace("_", ""))
-    if name is None:
-        raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; known: "
-                         f"{', '.join(algorithms)} or auto")
-    algorithm = name
+    forced protocol runs the tuner's fastest algorithm under it, or the forced algorithm on
+    the tuner's channels for that pair (``best_with``); a forced algorithm alone runs under
+    the tuner's best protocol for it (``best_for``), where the tuner can say (see
+    ``algorithms.ops.Tuner``)."""
+    algorithm = algorithm_named(collective, algorithm, algorithms)
     try:
         forced = None if str(protocol).lower() == AUTO else as_protocol(protocol)
     except ValueError as error:
@@ -59,24 +55,37 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
         channels = 1
     picked = (comm.tuner(collective, nbytes) if comm.tuner is not None
               else Choice("ring", Protocol.SIMPLE, 0))
-    best_for = getattr(comm.tuner, "best_for", None)
-    best_with = getattr(comm.tuner, "best_with", None)
-    if isinstance(picked, Choice) and algorithm not in (AUTO, picked.algorithm) and (
-            best_for is not None):
-        picked = best_for(collective, nbytes, algorithm)  # as NCCL_ALGO does
-    elif isinstance(picked, Choice) and algorithm == AUTO and forced not in (
-            None, picked.protocol):  # as NCCL_PROTO does: the fastest under that protocol
-        if best_with is not None:
-            picked = best_with(collective, nbytes, forced)
-        elif picked.algorithm in IN_SWITCH and forced is not Protocol.SIMPLE:
-            picked = Choice("ring", forced, 0)
     if not isinstance(picked, Choice):
         raise TypeError(f"the tuner returned {picked!r} for {collective} of {nbytes} bytes, "
                         "not a Choice(algorithm, protocol, channels)")
-    return Choice(picked.algorithm if algorithm == AUTO else algorithm,
+    wanted = None if algorithm == AUTO else algorithm
+    best_for = getattr(comm.tuner, "best_for", None)
+    best_with = getattr(comm.tuner, "best_with", None)
+    if (forced not in (None, picked.protocol) and best_with is not None
+            and wanted not in IN_SWITCH):  # NCCL_PROTO, with or without NCCL_ALGO
+        picked = best_with(collective, nbytes, forced, wanted)
+    elif wanted not in (None, picked.algorithm) and best_for is not None:
+        picked = best_for(collective, nbytes, wanted)  # NCCL_ALGO alone
+    elif wanted is None and picked.algorithm in IN_SWITCH and forced not in (
+            None, Protocol.SIMPLE):  # the switch runs Simple only: the ring runs instead
+        picked = Choice("ring", forced, 0)
+    if not isinstance(picked, Choice):
+        raise TypeError(f"the tuner returned {picked!r} for {collective} of {nbytes} bytes, "
+                        "not a Choice(algorithm, protocol, channels)")
+    return Choice(wanted or picked.algorithm,
                   picked.protocol if forced is None else forced,
-                  channels or (picked.channels if algorithm in (AUTO, picked.algorithm)
-                               else 0))
+                  channels or (picked.channels if wanted in (None, picked.algorithm) else 0))
+
+
+def algorithm_named(collective: str, algorithm: str, algorithms: tuple[str, ...]) -> str:
+    """``algorithm`` as one of ``algorithms`` (or ``AUTO``) names it, from any case and
+    NCCL_ALGO's spelling too (``Ring``, ``NVLSTree``); else a ValueError naming them."""
+    names = {name.replace("_", ""): name for name in (*algorithms, AUTO)}
+    name = names.get(str(algorithm).lower().replace("_", ""))
+    if name is None:
+        raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; known: "
+                         f"{', '.join(algorithms)} or auto")
+    return name
 
 
 def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO,
@@ -104,8 +113,8 @@ def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO
 def nccl_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO,
                         protocol: str = AUTO, channels: int = 0) -> Schedule:
     """Reduce-scatter as NCCL chooses to run it: a ring in a protocol on a number of
-    channels, or on one node NVLS (``nvls_reduce_scatter``), from ``Comm.tuner`` or forced;
-    returns this rank's chunk of ``x``, reduced (``nccl_ring_reduce_scatter``)."""
+    channels (``nccl_ring_reduce_scatter``), or on one node NVLS (``nvls_reduce_scatter``),
+    from ``Comm.tuner`` or forced; returns this rank's chunk of ``x``, reduced."""
     choice = in_switch_simple(choose(comm, "reducescatter", x.nbytes, algorithm, protocol,
                                       channels, ONE_WAY_ALGORITHMS), protocol)
     if len(x) == 0:
@@ -118,9 +127,9 @@ def nccl_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str =
 
 def nccl_all_gather(comm: Comm, x: Any, algorithm: str = AUTO, protocol: str = AUTO,
                     channels: int = 0) -> Schedule:
-    """All-gather as NCCL chooses to run it: a ring in a protocol on a number of channels,
-    or on one node NVLS (``nvls_all_gather``), from ``Comm.tuner`` or forced
-    (``nccl_ring_all_gather``)."""
+    """All-gather as NCCL chooses to run it: a ring in a protocol on a number of channels
+    (``nccl_ring_all_gather``), or on one node NVLS (``nvls_all_gather``), from
+    ``Comm.tuner`` or forced."""
     choice = in_switch_simple(choose(comm, "allgather", x.nbytes, algorithm, protocol,
                                       channels, ONE_WAY_ALGORITHMS), protocol)
     if len(x) == 0:

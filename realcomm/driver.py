@@ -69,6 +69,7 @@ import heapq
 import inspect
 import itertools
 import math
+import numbers
 import os
 import queue
 import threading
@@ -99,6 +100,7 @@ DEFAULT_TIMEOUT = 300.0  # seconds
 # torch's socket code overflows on 1e10 s (a timeout "after 10000000000000ms" at once).
 MIN_TIMEOUT = 1.0
 MAX_TIMEOUT = 86400.0
+MIN_WAIT = 1e-3  # the least a Driver takes: torch counts its timeouts in whole milliseconds
 # Messages above slice_bytes travel as slices of about that size. Off by default: on two
 # CPU cores over loopback gloo, 1 and 4 MiB slices brought ring all-reduce no steady gain
 # at 16 and 64 MiB and were up to 50% slower in some runs (docs/realcomm.md): the copies
@@ -117,18 +119,20 @@ _HOST = torch.device("cpu")
 MODULE_LOADING, EAGER_LOADING = "CUDA_MODULE_LOADING", "EAGER"
 
 
-def check_timeout(name: str, seconds: float) -> None:
-    """Refuse a timeout that is not a number of seconds from ``MIN_TIMEOUT`` to
-    ``MAX_TIMEOUT``, naming it ``name`` (a keyword or a command-line flag)."""
-    number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-    if not (number and math.isfinite(seconds) and MIN_TIMEOUT <= seconds <= MAX_TIMEOUT):
-        given = f"{seconds:g}" if number else repr(seconds)
-        raise ValueError(f"{name} must be a finite number of seconds > 0, from "
-                         f"{MIN_TIMEOUT:g} to {MAX_TIMEOUT:g} (a day), got {given}")
 _EAGER_LOADING_MODE = 1  # CU_MODULE_EAGER_LOADING, cuda.h's CUmoduleLoadingMode
 _POLL_SECONDS = 20e-6  # between two looks at an NCCL work (torch's own wait sleeps 1 ms)
 # Integer types by width, to read a buffer's bytes as words for its checksum.
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def check_timeout(name: str, seconds: float, minimum: float = MIN_TIMEOUT) -> None:
+    """Refuse a timeout that is not a number of seconds from ``minimum`` to
+    ``MAX_TIMEOUT``, naming it ``name`` (a keyword or a command-line flag)."""
+    number = isinstance(seconds, numbers.Real) and not isinstance(seconds, bool)
+    if not (number and math.isfinite(seconds) and minimum <= seconds <= MAX_TIMEOUT):
+        given = f"{seconds:g}" if number else repr(seconds)
+        raise ValueError(f"{name} must be a finite number of seconds from {minimum:g} to "
+                         f"{MAX_TIMEOUT:g} (a day), got {given}")
 
 
 class RealcommError(Exception):
@@ -173,7 +177,8 @@ _COMBINE: dict[ReduceOp | None, Callable[[torch.Tensor, torch.Tensor], None]] = 
 def _check_reducible(algorithm: Callable[..., Any], params: dict[str, Any],
                      x: torch.Tensor) -> None:
     """Refuse, on every rank alike, a reduction that torch has no arithmetic for (uint32 and
-    float8 have none on the CPU), before any rank waits on another that has failed."""
+    float8 have none on the CPU, complex numbers no maximum), before any rank waits on
+    another that has failed."""
     op = params.get("op")
     if op is None:
         try:
@@ -184,9 +189,11 @@ def _check_reducible(algorithm: Callable[..., Any], params: dict[str, Any],
     combine = _COMBINE.get(op) if isinstance(op, ReduceOp) else None
     if combine is None:
         return
-    probe = torch.zeros(1, dtype=x.dtype, device=x.device)
+    probe = torch.ones(2, dtype=x.dtype, device=x.device)  # torch fails some ops at length 1
     try:
         combine(probe, probe)
+        if op is ReduceOp.AVG:
+            divide_(probe, 2)
     except (NotImplementedError, RuntimeError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise TypeError(f"torch cannot {op.value}-reduce {x.dtype} tensors on "
@@ -228,7 +235,7 @@ class Driver:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised: start the process "
                                "with realcomm.launch (init_from_env or spawn) first")
-        check_timeout("timeout", timeout)
+        check_timeout("timeout", timeout, minimum=MIN_WAIT)
         if not isinstance(slice_bytes, int) or slice_bytes < 0:
             raise ValueError(f"slice_bytes must be an int >= 0, got {slice_bytes!r}")
         if not isinstance(check, bool):

@@ -70,11 +70,13 @@ def backend_for(device: torch.device | str) -> str:
 
 
 def _check_group_args(device: torch.device | str | None, backend: str | None,
-                      timeout: float) -> None:
-    """Refuse a backend, device or timeout that torch would fail on only inside each
-    process, or after the timeout."""
+                      timeout: float) -> str | None:
+    """``backend`` in lower case (torch takes any case), after refusing a backend, device
+    or timeout that torch would fail on only inside each process, or after the timeout."""
     check_timeout("timeout", timeout)
-    if backend not in (None, "gloo", "nccl"):
+    if backend is not None and str(backend).lower() in ("gloo", "nccl"):
+        backend = str(backend).lower()
+    elif backend is not None:
         raise ValueError(f"backend must be 'gloo' or 'nccl' (or None: from the device), got "
                          f"{backend!r}")
     try:
@@ -87,6 +89,7 @@ def _check_group_args(device: torch.device | str | None, backend: str | None,
         raise ValueError(f"backend 'nccl' needs CUDA tensors, got device {device!r}")
     if backend == "nccl" and not dist.is_nccl_available():
         raise ValueError("backend 'nccl': this torch is built without NCCL")
+    return backend
 
 
 def default_device() -> torch.device:
@@ -110,7 +113,7 @@ def init_from_env(device: torch.device | str | None = None, backend: str | None 
     if missing:
         raise RuntimeError(f"the environment lacks {', '.join(missing)}: start with torchrun "
                            "(or use spawn for local processes)")
-    _check_group_args(device, backend, timeout)
+    backend = _check_group_args(device, backend, timeout)
     local_rank = _check_launcher_env()
     return _init(local_rank, device, backend, timeout, init_method="env://")
 
@@ -388,7 +391,7 @@ def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
     """
     if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
-    _check_group_args(device, backend, timeout)
+    backend = _check_group_args(device, backend, timeout)
     if (torch.device(device).type == "cuda" and torch.cuda.is_available()
             and (backend or backend_for(device)) == "nccl"):
         refusal = shared_gpu_refusal(nprocs, torch.cuda.device_count(),

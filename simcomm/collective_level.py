@@ -588,8 +588,8 @@ def _tuned_cost(machine: Machine, collective: str, count: int, itemsize: int,
     comm = Comm(0, topology.size, topology.local_size, machine.tuner)
     choice = in_switch_simple(choose(comm, collective, count * itemsize, algorithm, protocol,
                                      channels, algorithms), protocol)
-    if choice.algorithm in IN_SWITCH:
-        choice = Choice(choice.algorithm, Protocol.SIMPLE, choice.channels or NVLS_CHANNELS)
+    if choice.algorithm in IN_SWITCH and not choice.channels:  # as the algorithms default
+        choice = Choice(choice.algorithm, choice.protocol, NVLS_CHANNELS)
     if count == 0:  # NCCL drops an empty collective before it launches
         return CollectiveCost(np.zeros(topology.size), 0, None, None, None, False)
     return _estimated(machine, collective, choice, count, itemsize)
@@ -605,7 +605,7 @@ def _estimated(machine: Machine, collective: str, choice: Choice, count: int, it
     check_channels(choice.channels, "one per rank of a node")
     if not choice.channels:
         choice = Choice(choice.algorithm, choice.protocol, comm.ranks_per_node)
-    if choice.algorithm == "nvls" and not estimator.has_nvls():
+    if choice.algorithm == "nvls" and topology.size > 1 and not estimator.has_nvls():
         raise ValueError("nvls at the collective level needs one node whose switch reduces "
                          "(Topology.reducing_switches): run it at the message level")
     if choice.algorithm == "nvls_tree" and not topology.reducing_switches:
@@ -664,8 +664,9 @@ def _nccl_tree_allreduce_cost(machine: Machine, count: int, itemsize: int,
 
 def _in_switch(algorithm: str, collective: str = "allreduce") -> Callable[..., CollectiveCost]:
     """The cost of ``nvls_allreduce``, ``nvls_tree_allreduce`` or (``collective``)
-    ``nvls_reduce_scatter`` called directly: Simple, on the channels given (NCCL's 16 by
-    default), buffers not registered."""
+    ``nvls_reduce_scatter`` and ``nvls_all_gather`` (which takes no ``op``) called
+    directly: Simple, on the channels given (NCCL's 16 by default), buffers not
+    registered."""
     def cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
              channels: int = NVLS_CHANNELS, chunk_bytes: int = 0, registered: bool = False
              ) -> CollectiveCost:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from algorithms.nccl import rail_ring, ring_slices
+from algorithms.nccl import as_protocol, rail_ring, ring_slices
 from algorithms.nccl_tree import double_binary_tree, tree_chunk_bytes, tree_parents
 from algorithms.nvls import (
     NVLS_CHANNELS, nvls_chunk_bytes, nvls_tree_chunk_bytes, pipeline_chunks,
@@ -155,19 +155,23 @@ class ModelTuner:
             min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes)),
             nbytes, self.topology.size)
 
-    def best_with(self, collective: str, nbytes: int, protocol: Protocol) -> Choice:
-        """The fastest algorithm and channels under ``protocol``, as NCCL chooses when
-        NCCL_PROTO names it alone (NVLS and NVLS-tree run under Simple only)."""
-        estimates = {choice: seconds
-                     for choice, seconds in self.estimates(collective, nbytes).items()
-                     if choice.protocol is protocol}
-        if not estimates:  # LL128 where the topology does not enable it: run it all the same
-            candidates = [Choice(algorithm, protocol, self.channels)
-                          for algorithm in CANDIDATES[collective] if algorithm not in IN_SWITCH]
+    def best_with(self, collective: str, nbytes: int, protocol: Protocol | str,
+                  algorithm: str | None = None) -> Choice:
+        """The fastest algorithm (or ``algorithm``) and its channels under ``protocol``, as
+        NCCL chooses when NCCL_PROTO names it (NVLS and NVLS-tree run under Simple only)."""
+        protocol = as_protocol(protocol)
+        if algorithm in IN_SWITCH:
+            return self.best_for(collective, nbytes, algorithm)
+        estimates = {} if algorithm is not None else {
+            choice: seconds for choice, seconds in self.estimates(collective, nbytes).items()
+            if choice.protocol is protocol}
+        if not estimates:  # the algorithm given, or LL128 where the topology has it off
+            names = [algorithm] if algorithm is not None else [
+                name for name in CANDIDATES[collective] if name not in IN_SWITCH]
             estimates = {choice: self.estimate(collective, choice, nbytes)
-                         for choice in candidates}
-        return call_channels(min(estimates, key=estimates.__getitem__), nbytes,
-                             self.topology.size)
+                         for choice in (Choice(name, protocol, self.channels) for name in names)}
+        best = min(estimates, key=estimates.__getitem__)
+        return call_channels(best, nbytes, self.topology.size)
 
     def protocols(self) -> list[Protocol]:
         """The protocols NCCL weighs here unless told: all but LL128 where the topology

@@ -312,6 +312,9 @@ def test_rows_a_collective_cannot_run_here_decide_nothing(tmp_path) -> None:
     assert tuner("reducescatter", 64) == Choice("ring", Protocol.LL, 4)
     assert tuner("allreduce", 64) == Choice("nvls", Protocol.SIMPLE, 16)
     assert tuner("allgather", 64) == Choice("nvls", Protocol.SIMPLE, 8)
+    # Across nodes NCCL runs no NVLS all-gather (without CollNet), nor NVLS-tree on one node.
+    assert TableTuner(read_tuner_file(path), 2, 16)("allgather", 64) == Choice(
+        "ring", Protocol.SIMPLE, 0)
     assert tuner("broadcast", 64) == tuner.default
 
 

@@ -116,12 +116,12 @@ def channel_names(name: str, params: dict[str, Any], ranks_per_node: int) -> lis
     that spawns none and for a user's algorithm. A transport that maps each channel to a
     communicator of its own, made before the run (realcomm's ``Driver``), declares these."""
     channels = params.get("channels", 0)
-    algorithm = params.get("algorithm", tuned.AUTO)
     tuned_allreduce = name == "nccl_allreduce"
-    in_switch = ("nvls_allreduce", "nvls_tree_allreduce", "nvls_reduce_scatter",
-                 "nvls_all_gather")
-    tuned_names = ("nccl_allreduce", "nccl_reduce_scatter", "nccl_all_gather")
-    if name in in_switch or (name in tuned_names and algorithm in tuned.IN_SWITCH):
+    algorithm = tuned.AUTO
+    if name in ("nccl_allreduce", "nccl_reduce_scatter", "nccl_all_gather"):
+        algorithm = tuned.algorithm_named(name, params.get("algorithm", tuned.AUTO), (
+            tuned.ALLREDUCE_ALGORITHMS if tuned_allreduce else tuned.ONE_WAY_ALGORITHMS))
+    if name.startswith("nvls_") or algorithm in tuned.IN_SWITCH:
         return nvls.nvls_channels(channels or nvls.NVLS_CHANNELS)
     count = channels or ranks_per_node  # the NCCL-class default: one per rank of a node
     if name == "nccl_tree_allreduce" or (tuned_allreduce and algorithm == "tree"):

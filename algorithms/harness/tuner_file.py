@@ -54,16 +54,21 @@ class TunerRow:
         """Whether this row decides such a call."""
         return (collective == self.collective and self.min_bytes <= nbytes <= self.max_bytes
                 and self.nodes in (-1, nodes) and self.ranks in (-1, ranks)
-                and self.runs_here())
+                and self.runs_here(nodes))
 
-    def runs_here(self) -> bool:
-        """Whether this project's collective runs the row's algorithm and protocol: the
-        all-reduce every algorithm, the reduce-scatter and the all-gather the ring and NVLS
-        (the in-switch ones under Simple only, as NCCL); NCCL's broadcast and reduce none."""
+    def runs_here(self, nodes: int) -> bool:
+        """Whether this project's collective runs the row's algorithm and protocol on
+        ``nodes`` nodes, as NCCL would: the all-reduce every algorithm, the reduce-scatter
+        and the all-gather the ring and NVLS; the in-switch ones under Simple only, NVLS on
+        one node and NVLS-tree across several; NCCL's broadcast and reduce none."""
         algorithm, protocol = self.choice.algorithm, self.choice.protocol
         known = {"allreduce": ALLREDUCE_ALGORITHMS, "reducescatter": ONE_WAY_ALGORITHMS,
                  "allgather": ONE_WAY_ALGORITHMS}.get(self.collective, ())
-        return algorithm in known and (algorithm not in IN_SWITCH or protocol is Protocol.SIMPLE)
+        if algorithm not in known:
+            return False
+        if algorithm in IN_SWITCH:
+            return protocol is Protocol.SIMPLE and (nodes == 1) == (algorithm == "nvls")
+        return True
 
     def csv(self) -> str:
         """The row as a line of the file (channels -1 when the choice keeps the default)."""
