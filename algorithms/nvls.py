@@ -32,6 +32,7 @@ GPU's link carries the whole buffer one way, more than a ring's (p - 1) / p.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,9 @@ NVLS_CHUNK_BYTES = 128 * 1024
 # At most this many chunks per channel: past it a larger buffer only makes the simulation
 # slower, since the pipeline's fill is already below 1/32 of its time.
 MAX_CHUNKS = 32
+# Chunks a channel keeps in flight: the slots of NCCL's buffers between its stages
+# (NCCL_STEPS, src/include/device.h).
+NVLS_STEPS = 8
 
 
 def nvls_channels(channels: int) -> list[str]:
@@ -181,17 +185,16 @@ def _one_way(comm: Comm, x: Any, op: ReduceOp | None, channels: int, chunk_bytes
         mine = [parts[rank][channel] for rank in world]
         count = min(pipeline_chunks(mine[0].nbytes, chunk_bytes), min(map(len, mine)) or 1)
         pieces = [split_even(part, count) for part in mine]
-        running: tuple[Any, ...] = ()
+        running: deque[tuple[Any, ...]] = deque()  # pieces in flight, oldest first
         for step in range(count):
             slices = [pieces[rank][step] for rank in world]
             if op is None:
-                handles = yield from _post_all_gather(world, comm.rank, slices)
+                running.append((yield from _post_all_gather(world, comm.rank, slices)))
             else:
-                handles = yield from _post_reduce_scatter(world, comm.rank, slices, op)
-            if running:  # the previous piece ran beside this one
-                yield Wait(*running)
-            running = handles
-        yield Wait(*running)
+                running.append((yield from _post_reduce_scatter(world, comm.rank, slices, op)))
+            if len(running) > NVLS_STEPS:  # the NVLS buffer's slots are all taken
+                yield Wait(*running.popleft())
+        yield Wait(*(handle for handles in running for handle in handles))
 
     tasks = []
     for channel, task_name in enumerate(nvls_channels(channels)):
