@@ -31,7 +31,7 @@ CASES = [  # (algorithm, params)
     ("nccl_allreduce", {}), ("nccl_allreduce", {"algorithm": "ring"}),
     ("nccl_allreduce", {"algorithm": "tree"}), ("nccl_reduce_scatter", {}),
     ("nccl_all_gather", {}), ("nvls_allreduce", {}), ("hierarchical_allreduce", {}),
-    ("nvls_tree_allreduce", {}),
+    ("nvls_tree_allreduce", {}), ("nvls_reduce_scatter", {}), ("nvls_all_gather", {}),
 ]
 
 
