@@ -74,6 +74,18 @@ def test_one_rank_alone_has_nothing_to_fill() -> None:
     assert pipeline_fill_bytes(1 << 20, 1 << 17, 16, 1, 0, False) == 0
 
 
+def test_one_way_collectives_on_nodes_of_one_gpu_have_nothing_to_fill() -> None:
+    # A counterexample the property tests found: two nodes of one GPU each, their switches
+    # reducing, asked the switch's rate of a GPU that shares its switch with none.
+    nodes = replace(hierarchical(2, 1, BANDWIDTH, LATENCY, BANDWIDTH, LATENCY),
+                    reducing_switches=("node0.switch", "node1.switch"))
+    data = [np.array([2.0], dtype=np.float16)] * 2
+    scattered = simulate(nvls_reduce_scatter, data, nodes, channels=3, chunk_bytes=32)
+    assert [r.tolist() for r in scattered.results] == [[4.0], []]
+    gathered = simulate(nvls_all_gather, data, nodes, channels=3, chunk_bytes=32)
+    assert [r.tolist() for r in gathered.results] == [[2.0]] * 2
+
+
 def test_the_switch_rate_names_bad_ranks_and_lone_gpus() -> None:
     assert reducing_switch(4, 0.5).switch_rate(3) == 0.5 * BANDWIDTH
     with pytest.raises(ValueError, match="switch_rate for rank 4"):
