@@ -40,7 +40,7 @@ from algorithms.buffers import split_even
 from algorithms.collectives import Schedule
 from algorithms.nccl_tree import double_binary_tree, node_depth
 from algorithms.ops import (
-    AVG, SUM, Comm, Divide, Join, Launch, Multicast, Protocol, Recv, RecvReduce, ReduceOp,
+    AVG, MAX, MIN, SUM, Comm, Divide, Join, Launch, Multicast, Protocol, Recv, RecvReduce, ReduceOp,
     Send, Spawn, Wait, check_channels, check_flag,
 )
 
@@ -60,6 +60,26 @@ def nvls_channels(channels: int) -> list[str]:
     """The channel names the NVLS parts are spawned on (a transport that maps channels to
     process groups declares them up front)."""
     return [f"nvls {c}" for c in range(channels)]
+
+
+# The reductions NCCL builds NVLS kernels for, by element type ("Must match
+# ncclNvlsSupported()", required_cuda in src/device/generate.py, NVIDIA/nccl v2.26.2): sums
+# of 32- and 64-bit integers and of floats of 16 bits and more; minimum and maximum of those
+# integers and of 16-bit floats. No product, and no average (NCCL's is a pre-multiplied sum
+# for floats, a sum then a division for integers).
+_SWITCH_REDUCES: dict[ReduceOp, frozenset[str]] = {
+    SUM: frozenset({"int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32",
+                    "float64"}),
+    MAX: frozenset({"int32", "uint32", "int64", "uint64", "float16", "bfloat16"}),
+    MIN: frozenset({"int32", "uint32", "int64", "uint64", "float16", "bfloat16"}),
+}
+
+
+def switch_reduces(dtype: Any, op: ReduceOp) -> bool:
+    """Whether NCCL's NVLS kernels reduce elements of ``dtype`` (a numpy or torch dtype) by
+    ``op``; where they cannot, NCCL runs no NVLS or NVLS-tree for the call."""
+    name = str(dtype).removeprefix("torch.")
+    return name in _SWITCH_REDUCES.get(op, frozenset())
 
 
 def nvls_chunk_bytes(nbytes: int, channels: int, size: int) -> int:

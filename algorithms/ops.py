@@ -384,7 +384,9 @@ class Choice:
 # protocol of the tuner's own pick. And a method best_with(collective, bytes per rank,
 # protocol) -> Choice: its pick when the caller forces the protocol alone (as NCCL_PROTO
 # does); without one the tuner's pick runs under the forced protocol (the ring, if the pick
-# runs in the switch, which takes Simple only).
+# runs in the switch, which takes Simple only). And best_outside_switch(collective, bytes
+# per rank, protocol or None) -> Choice: its pick for a reduction the switch cannot do;
+# without one the ring runs.
 Tuner = Callable[[str, int], Choice]
 
 

@@ -22,6 +22,7 @@ from algorithms.nccl import (
 from algorithms.nccl_tree import nccl_tree_allreduce
 from algorithms.nvls import (
     NVLS_CHANNELS, nvls_all_gather, nvls_allreduce, nvls_reduce_scatter, nvls_tree_allreduce,
+    switch_reduces,
 )
 from algorithms.ops import SUM, Choice, Comm, Protocol, ReduceOp, check_channels
 
@@ -35,14 +36,19 @@ AUTO = "auto"
 
 def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
            protocol: Protocol | str = AUTO, channels: int = 0,
-           algorithms: tuple[str, ...] = ("ring",)) -> Choice:
+           algorithms: tuple[str, ...] = ("ring",), no_switch: str = "") -> Choice:
     """How to run one call: the tuner's choice (ring with Simple without one), with
     ``algorithm``, ``protocol`` and ``channels`` (0: the choice's) forced where given. A
     forced protocol runs the tuner's fastest algorithm under it, or the forced algorithm on
     the tuner's channels for that pair (``best_with``); a forced algorithm alone runs under
     the tuner's best protocol for it (``best_for``), where the tuner can say (see
-    ``algorithms.ops.Tuner``)."""
+    ``algorithms.ops.Tuner``). ``no_switch``, where not empty, says why the switch cannot
+    reduce this call (``switch_reduces``): the in-switch algorithms are then refused if
+    forced and passed over if picked (``best_outside_switch``), as NCCL does."""
     algorithm = algorithm_named(collective, algorithm, algorithms)
+    if no_switch and algorithm in IN_SWITCH:
+        raise ValueError(f"{collective}: NCCL has no {algorithm} kernel for {no_switch}; "
+                         "it runs ring or tree")
     try:
         forced = None if str(protocol).lower() == AUTO else as_protocol(protocol)
     except ValueError as error:
@@ -69,12 +75,26 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
     elif wanted is None and picked.algorithm in IN_SWITCH and forced not in (
             None, Protocol.SIMPLE):  # the switch runs Simple only: the ring runs instead
         picked = Choice("ring", forced, 0)
+    if no_switch and isinstance(picked, Choice) and picked.algorithm in IN_SWITCH:
+        best_outside = getattr(comm.tuner, "best_outside_switch", None)
+        picked = (best_outside(collective, nbytes, forced) if best_outside is not None
+                  else Choice("ring", forced or Protocol.SIMPLE, 0))
     if not isinstance(picked, Choice):
         raise TypeError(f"the tuner returned {picked!r} for {collective} of {nbytes} bytes, "
                         "not a Choice(algorithm, protocol, channels)")
     return Choice(wanted or picked.algorithm,
                   picked.protocol if forced is None else forced,
                   channels or (picked.channels if wanted in (None, picked.algorithm) else 0))
+
+
+def no_switch_reason(dtype: Any, op: ReduceOp) -> str:
+    """Why NCCL's switch cannot reduce elements of ``dtype`` by ``op`` (``switch_reduces``),
+    or "" where it can."""
+    if switch_reduces(dtype, op):
+        return ""
+    what = {"sum": "a sum", "prod": "a product", "max": "a maximum", "min": "a minimum",
+            "avg": "an average"}[op.value]
+    return f"{what} of {str(dtype).removeprefix('torch.')}"
 
 
 def algorithm_named(collective: str, algorithm: str, algorithms: tuple[str, ...]) -> str:
@@ -94,7 +114,8 @@ def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO
     the switch, Simple only), in a protocol, on a number of channels, from ``Comm.tuner``
     (see the module doc) or forced. Returns ``x``, reduced over all ranks."""
     choice = in_switch_simple(choose(comm, "allreduce", x.nbytes, algorithm, protocol,
-                                      channels, ALLREDUCE_ALGORITHMS), protocol)
+                                      channels, ALLREDUCE_ALGORITHMS,
+                                      no_switch_reason(x.dtype, op)), protocol)
     if len(x) == 0:
         return x
     if choice.algorithm == "nvls":
@@ -116,7 +137,8 @@ def nccl_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str =
     channels (``nccl_ring_reduce_scatter``), or on one node NVLS (``nvls_reduce_scatter``),
     from ``Comm.tuner`` or forced; returns this rank's chunk of ``x``, reduced."""
     choice = in_switch_simple(choose(comm, "reducescatter", x.nbytes, algorithm, protocol,
-                                      channels, ONE_WAY_ALGORITHMS), protocol)
+                                      channels, ONE_WAY_ALGORITHMS,
+                                      no_switch_reason(x.dtype, op)), protocol)
     if len(x) == 0:
         return x
     if choice.algorithm == "nvls":

@@ -59,7 +59,7 @@ from algorithms.ops import (
 )
 from algorithms.tuned import (
     ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, ONE_WAY_ALGORITHMS, choose, in_switch_simple,
-    nccl_all_gather, nccl_allreduce, nccl_reduce_scatter,
+    nccl_all_gather, nccl_allreduce, nccl_reduce_scatter, no_switch_reason,
 )
 from simcomm.buffers import SizeOnly
 from simcomm.results import SimResult, link_stats
@@ -581,13 +581,14 @@ def _parts(count: int, parts: int) -> list[int]:
 
 def _tuned_cost(machine: Machine, collective: str, count: int, itemsize: int,
                 algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0,
-                algorithms: tuple[str, ...] = ("ring",)) -> CollectiveCost:
+                algorithms: tuple[str, ...] = ("ring",), no_switch: str = ""
+                ) -> CollectiveCost:
     """The cost of an NCCL-class collective of ``algorithms.tuned``: its choice made as the
     algorithm makes it (``choose``, with the machine's tuner), timed by ``_estimated``."""
     topology = machine.topology
     comm = Comm(0, topology.size, topology.local_size, machine.tuner)
     choice = in_switch_simple(choose(comm, collective, count * itemsize, algorithm, protocol,
-                                     channels, algorithms), protocol)
+                                     channels, algorithms, no_switch), protocol)
     if choice.algorithm in IN_SWITCH and not choice.channels:  # as the algorithms default
         choice = Choice(choice.algorithm, choice.protocol, NVLS_CHANNELS)
     if count == 0:  # NCCL drops an empty collective before it launches
@@ -694,17 +695,22 @@ def _hierarchical_allreduce_cost(machine: Machine, count: int, itemsize: int,
 
 
 def _nccl_allreduce_cost(machine: Machine, count: int, itemsize: int, op: ReduceOp = SUM,
-                         algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0
-                         ) -> CollectiveCost:
+                         algorithm: str = AUTO, protocol: str = AUTO, channels: int = 0, *,
+                         dtype: Any = None) -> CollectiveCost:
     return _tuned_cost(machine, "allreduce", count, itemsize, algorithm, protocol, channels,
-                       ALLREDUCE_ALGORITHMS)
+                       ALLREDUCE_ALGORITHMS, _no_switch(dtype, op))
 
 
 def _nccl_reduce_scatter_cost(machine: Machine, count: int, itemsize: int,
                               op: ReduceOp = SUM, algorithm: str = AUTO, protocol: str = AUTO,
-                              channels: int = 0) -> CollectiveCost:
+                              channels: int = 0, *, dtype: Any = None) -> CollectiveCost:
     return _tuned_cost(machine, "reducescatter", count, itemsize, algorithm, protocol,
-                       channels, ONE_WAY_ALGORITHMS)
+                       channels, ONE_WAY_ALGORITHMS, _no_switch(dtype, op))
+
+
+def _no_switch(dtype: Any, op: ReduceOp) -> str:
+    # Without the dtype (collective_cost is given an item size), as for a sum.
+    return "" if dtype is None else no_switch_reason(dtype, op)
 
 
 def _nccl_all_gather_cost(machine: Machine, count: int, itemsize: int, algorithm: str = AUTO,
@@ -770,6 +776,14 @@ class _Model(NamedTuple):
     cost: Callable[..., CollectiveCost]  # (topology, elements, bytes per element, **params)
     messages: Callable[[int], int]  # ranks -> messages the message level would simulate
     result: Callable[[Comm, Any], Any] = lambda comm, buf: buf  # what a rank's call returns
+    # Whether cost takes the element type too (dtype=): NCCL's choice of NVLS depends on it.
+    typed: bool = False
+
+    def cost_of(self, machine: Machine, count: int, dtype: Any, **params: Any
+                ) -> CollectiveCost:
+        """``cost`` for ``count`` elements of ``dtype`` (a numpy dtype)."""
+        typed = {"dtype": dtype} if self.typed else {}
+        return self.cost(machine, count, dtype.itemsize, **params, **typed)
 
 
 def _own_chunk(comm: Comm, buf: Any) -> Any:
@@ -785,8 +799,9 @@ MODELS: dict[Callable[..., Any], _Model] = {
     all_gather: _Model(_all_gather_cost, _ring_messages(1)),
     ring_allreduce: _Model(_ring_allreduce_cost, _ring_messages(2)),
     # At least one ring's messages: enough for auto to choose.
-    nccl_allreduce: _Model(_nccl_allreduce_cost, _ring_messages(2)),
-    nccl_reduce_scatter: _Model(_nccl_reduce_scatter_cost, _ring_messages(1), _own_chunk),
+    nccl_allreduce: _Model(_nccl_allreduce_cost, _ring_messages(2), typed=True),
+    nccl_reduce_scatter: _Model(_nccl_reduce_scatter_cost, _ring_messages(1), _own_chunk,
+                                typed=True),
     nccl_all_gather: _Model(_nccl_all_gather_cost, _ring_messages(1)),
     nccl_ring_allreduce: _Model(_nccl_ring_allreduce_cost, _ring_messages(2)),
     nccl_ring_reduce_scatter: _Model(_nccl_ring_reduce_scatter_cost, _ring_messages(1),
@@ -889,7 +904,7 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
     if unknown:  # the cost function's own name would mislead
         raise TypeError(f"{algorithm.__name__}() got unexpected keyword arguments "
                         f"{', '.join(sorted(unknown))}")
-    cost = model.cost(Machine(topology, tuner), count, dtype.itemsize, **params)
+    cost = model.cost_of(Machine(topology, tuner), count, dtype, **params)
     links = [] if cost.link_bytes is None or cost.link_busy is None else link_stats(
         topology.links, cost.link_bytes.astype(np.int64).tolist(), cost.link_busy.tolist())
     launches = [] if cost.choice is None else [
@@ -919,8 +934,8 @@ class TimedCollective:
         key = (len(buf), buf.dtype, tuple(sorted(params.items(), key=lambda item: item[0])))
         cost = self._known.get(key)
         if cost is None:
-            cost = self._known[key] = self.model.cost(self.machine, len(buf),
-                                                      buf.dtype.itemsize, **params)
+            cost = self._known[key] = self.model.cost_of(self.machine, len(buf), buf.dtype,
+                                                         **params)
         self.costs.append(cost)
         yield Sleep(cost.time, f"{self.__name__} {format_bytes(buf.nbytes)}")
         return self.model.result(comm, buf)

@@ -173,6 +173,19 @@ class ModelTuner:
         best = min(estimates, key=estimates.__getitem__)
         return call_channels(best, nbytes, self.topology.size)
 
+    def best_outside_switch(self, collective: str, nbytes: int,
+                            protocol: Protocol | None = None) -> Choice:
+        """The fastest choice (under ``protocol`` if given) that does not reduce in the
+        switch, as NCCL chooses for a reduction its NVLS kernels cannot do."""
+        estimates = {choice: seconds
+                     for choice, seconds in self.estimates(collective, nbytes).items()
+                     if choice.algorithm not in IN_SWITCH
+                     and protocol in (None, choice.protocol)}
+        if not estimates:  # LL128 where the topology has it off, as told
+            return self.best_with(collective, nbytes, protocol or Protocol.SIMPLE)
+        return call_channels(min(estimates, key=estimates.__getitem__), nbytes,
+                             self.topology.size)
+
     def protocols(self) -> list[Protocol]:
         """The protocols NCCL weighs here unless told: all but LL128 where the topology
         does not enable it (``Topology.ll128_enabled``; NVIDIA/nccl v2.26.2

@@ -360,7 +360,7 @@ def test_nccl_class_collectives_are_estimated_near_the_message_level(
 
 
 @pytest.mark.parametrize("algorithm, params", [
-    ("nccl_reduce_scatter", {"algorithm": "nvls", "op": AVG}),
+    ("nccl_reduce_scatter", {"algorithm": "nvls", "op": SUM}),
     ("nccl_all_gather", {"algorithm": "nvls"}), ("nvls_reduce_scatter", {"channels": 5}),
     ("nvls_all_gather", {}), ("nvls_all_gather", {"channels": 1})])
 def test_reduce_scatter_and_all_gather_in_the_switch_are_estimated_near_the_message_level(

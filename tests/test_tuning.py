@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from algorithms import Protocol, nccl_allreduce
+from algorithms import AVG, MAX, PROD, SUM, Protocol, nccl_allreduce
 from algorithms.harness.catalog import get_collective
 from algorithms.harness.tuner_file import (
     MAX_BYTES, TableTuner, TunerFileError, read_tuner_file, rows_for,
@@ -220,6 +220,28 @@ def test_a_forced_protocol_alone_runs_the_fastest_algorithm_under_it(function) -
     best = min(estimates, key=estimates.__getitem__)
     assert two_nodes.best_with("allreduce", 1 << 20, Protocol.SIMPLE).algorithm == (
         best.algorithm)
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100", "cluster-h100:nodes=2"])
+@pytest.mark.parametrize("level", ["message", "collective"])
+def test_reductions_the_switch_cannot_do_run_outside_it(preset, level) -> None:
+    # NCCL builds NVLS kernels for sums of 32- and 64-bit integers and 16- to 64-bit
+    # floats, and the minimum and maximum of those integers and 16-bit floats
+    # (src/device/generate.py); for any other reduction it passes NVLS and NVLS-tree over.
+    topology = make_preset(preset)
+    nccl_allreduce = get_collective("nccl_allreduce").function
+    in_switch = "nvls" if topology.local_size is None else "nvls_tree"
+    for dtype, op, switch in [(np.float32, SUM, True), (np.int32, MAX, True),
+                              (np.float16, MAX, True), (np.float32, AVG, False),
+                              (np.float32, MAX, False), (np.int8, SUM, False),
+                              (np.float32, PROD, False)]:
+        inputs = [SizeOnly(1 << 28, dtype)] * topology.size
+        picked = simulate(nccl_allreduce, inputs, topology, op=op, level=level)
+        assert (picked.launches[0].algorithm == in_switch) == switch, (dtype, op)
+    inputs = [SizeOnly(1 << 20, np.float32)] * topology.size
+    with pytest.raises(ValueError, match=f"allreduce: NCCL has no {in_switch} kernel for an "
+                                         "average of float32; it runs ring or tree"):
+        simulate(nccl_allreduce, inputs, topology, op=AVG, algorithm=in_switch, level=level)
 
 
 @pytest.mark.parametrize("function", ["nccl_reduce_scatter", "nccl_all_gather"])
