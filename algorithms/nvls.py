@@ -78,8 +78,12 @@ _SWITCH_REDUCES: dict[ReduceOp, frozenset[str]] = {
 def switch_reduces(dtype: Any, op: ReduceOp) -> bool:
     """Whether NCCL's NVLS kernels reduce elements of ``dtype`` (a numpy or torch dtype) by
     ``op``; where they cannot, NCCL runs no NVLS or NVLS-tree for the call."""
-    name = str(dtype).removeprefix("torch.")
-    return name in _SWITCH_REDUCES.get(op, frozenset())
+    return dtype_name(dtype) in _SWITCH_REDUCES.get(op, frozenset())
+
+
+def dtype_name(dtype: Any) -> str:
+    """A numpy or torch dtype's name as numpy spells it: ``float32``, ``bfloat16``."""
+    return str(dtype).removeprefix("torch.")
 
 
 def nvls_chunk_bytes(nbytes: int, channels: int, size: int) -> int:

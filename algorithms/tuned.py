@@ -21,8 +21,8 @@ from algorithms.nccl import (
 )
 from algorithms.nccl_tree import nccl_tree_allreduce
 from algorithms.nvls import (
-    NVLS_CHANNELS, nvls_all_gather, nvls_allreduce, nvls_reduce_scatter, nvls_tree_allreduce,
-    switch_reduces,
+    NVLS_CHANNELS, dtype_name, nvls_all_gather, nvls_allreduce, nvls_reduce_scatter,
+    nvls_tree_allreduce, switch_reduces,
 )
 from algorithms.ops import SUM, Choice, Comm, Protocol, ReduceOp, check_channels
 
@@ -59,11 +59,8 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
             raise ValueError(f"{collective}: hierarchical runs each phase on one channel, "
                              f"not {channels}; channels applies to ring and tree")
         channels = 1
-    picked = (comm.tuner(collective, nbytes) if comm.tuner is not None
-              else Choice("ring", Protocol.SIMPLE, 0))
-    if not isinstance(picked, Choice):
-        raise TypeError(f"the tuner returned {picked!r} for {collective} of {nbytes} bytes, "
-                        "not a Choice(algorithm, protocol, channels)")
+    picked = _checked(comm.tuner(collective, nbytes) if comm.tuner is not None
+                      else Choice("ring", Protocol.SIMPLE, 0), collective, nbytes)
     wanted = None if algorithm == AUTO else algorithm
     best_for = getattr(comm.tuner, "best_for", None)
     best_with = getattr(comm.tuner, "best_with", None)
@@ -75,16 +72,21 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
     elif wanted is None and picked.algorithm in IN_SWITCH and forced not in (
             None, Protocol.SIMPLE):  # the switch runs Simple only: the ring runs instead
         picked = Choice("ring", forced, 0)
-    if no_switch and isinstance(picked, Choice) and picked.algorithm in IN_SWITCH:
+    if no_switch and _checked(picked, collective, nbytes).algorithm in IN_SWITCH:
         best_outside = getattr(comm.tuner, "best_outside_switch", None)
         picked = (best_outside(collective, nbytes, forced) if best_outside is not None
                   else Choice("ring", forced or Protocol.SIMPLE, 0))
-    if not isinstance(picked, Choice):
-        raise TypeError(f"the tuner returned {picked!r} for {collective} of {nbytes} bytes, "
-                        "not a Choice(algorithm, protocol, channels)")
+    picked = _checked(picked, collective, nbytes)
     return Choice(wanted or picked.algorithm,
                   picked.protocol if forced is None else forced,
                   channels or (picked.channels if wanted in (None, picked.algorithm) else 0))
+
+
+def _checked(picked: Any, collective: str, nbytes: int) -> Choice:
+    if not isinstance(picked, Choice):
+        raise TypeError(f"the tuner returned {picked!r} for {collective} of {nbytes} bytes, "
+                        "not a Choice(algorithm, protocol, channels)")
+    return picked
 
 
 def no_switch_reason(dtype: Any, op: ReduceOp) -> str:
@@ -94,7 +96,7 @@ def no_switch_reason(dtype: Any, op: ReduceOp) -> str:
         return ""
     what = {"sum": "a sum", "prod": "a product", "max": "a maximum", "min": "a minimum",
             "avg": "an average"}[op.value]
-    return f"{what} of {str(dtype).removeprefix('torch.')}"
+    return f"{what} of {dtype_name(dtype)}"
 
 
 def algorithm_named(collective: str, algorithm: str, algorithms: tuple[str, ...]) -> str:

@@ -113,10 +113,7 @@ class ModelTuner:
         key = (collective, nbytes)
         choice = self._choices.get(key)
         if choice is None:
-            # As NCCL: the fastest estimate on all channels, then fewer for a small call.
-            estimates = self.estimates(collective, nbytes)
-            choice = self._choices[key] = call_channels(
-                min(estimates, key=estimates.__getitem__), nbytes, self.topology.size)
+            choice = self._choices[key] = self._fastest(collective, nbytes)
         return choice
 
     def estimates(self, collective: str, nbytes: int) -> dict[Choice, float]:
@@ -149,11 +146,7 @@ class ModelTuner:
             raise ValueError(self._no_in_switch("nvls_tree", "several nodes", "nvls"))
         if algorithm in IN_SWITCH:
             return Choice(algorithm, Protocol.SIMPLE, NVLS_CHANNELS)
-        candidates = [Choice(algorithm, protocol, self.channels)
-                      for protocol in self.protocols()]
-        return call_channels(
-            min(candidates, key=lambda choice: self.estimate(collective, choice, nbytes)),
-            nbytes, self.topology.size)
+        return self._fastest(collective, nbytes, (algorithm,))
 
     def best_with(self, collective: str, nbytes: int, protocol: Protocol | str,
                   algorithm: str | None = None) -> Choice:
@@ -162,27 +155,31 @@ class ModelTuner:
         protocol = as_protocol(protocol)
         if algorithm in IN_SWITCH:
             return self.best_for(collective, nbytes, algorithm)
-        estimates = {} if algorithm is not None else {
-            choice: seconds for choice, seconds in self.estimates(collective, nbytes).items()
-            if choice.protocol is protocol}
-        if not estimates:  # the algorithm given, or LL128 where the topology has it off
-            names = [algorithm] if algorithm is not None else [
-                name for name in CANDIDATES[collective] if name not in IN_SWITCH]
-            estimates = {choice: self.estimate(collective, choice, nbytes)
-                         for choice in (Choice(name, protocol, self.channels) for name in names)}
-        best = min(estimates, key=estimates.__getitem__)
-        return call_channels(best, nbytes, self.topology.size)
+        return self._fastest(collective, nbytes, None if algorithm is None else (algorithm,),
+                             protocol)
 
     def best_outside_switch(self, collective: str, nbytes: int,
                             protocol: Protocol | None = None) -> Choice:
         """The fastest choice (under ``protocol`` if given) that does not reduce in the
         switch, as NCCL chooses for a reduction its NVLS kernels cannot do."""
-        estimates = {choice: seconds
-                     for choice, seconds in self.estimates(collective, nbytes).items()
-                     if choice.algorithm not in IN_SWITCH
-                     and protocol in (None, choice.protocol)}
-        if not estimates:  # LL128 where the topology has it off, as told
-            return self.best_with(collective, nbytes, protocol or Protocol.SIMPLE)
+        return self._fastest(collective, nbytes, protocol=protocol, in_switch=False)
+
+    def _fastest(self, collective: str, nbytes: int, algorithms: tuple[str, ...] | None = None,
+                 protocol: Protocol | None = None, in_switch: bool = True) -> Choice:
+        """As NCCL: the fastest estimate on all channels, then fewer for a small call; of
+        ``algorithms`` (None: every candidate, the in-switch ones if ``in_switch``) under
+        ``protocol`` (None: each the topology enables; one it does not, as told)."""
+        estimates = {} if algorithms is not None else {
+            choice: seconds for choice, seconds in self.estimates(collective, nbytes).items()
+            if (in_switch or choice.algorithm not in IN_SWITCH)
+            and protocol in (None, choice.protocol)}
+        if not estimates:  # algorithms given, or LL128 where the topology has it off
+            names = algorithms or [name for name in CANDIDATES[collective]
+                                   if name not in IN_SWITCH]
+            protocols = self.protocols() if protocol is None else [protocol]
+            estimates = {choice: self.estimate(collective, choice, nbytes)
+                         for choice in (Choice(name, each, self.channels)
+                                        for name in names for each in protocols)}
         return call_channels(min(estimates, key=estimates.__getitem__), nbytes,
                              self.topology.size)
 
