@@ -42,7 +42,8 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
     forced protocol runs the tuner's fastest algorithm under it, or the forced algorithm on
     the tuner's channels for that pair (``best_with``); a forced algorithm alone runs under
     the tuner's best protocol for it (``best_for``), where the tuner can say (see
-    ``algorithms.ops.Tuner``). ``no_switch``, where not empty, says why the switch cannot
+    ``algorithms.ops.Tuner``). The in-switch algorithms run under Simple only; forcing
+    another protocol on them is an error. ``no_switch``, where not empty, says why the switch cannot
     reduce this call (``switch_reduces``): the in-switch algorithms are then refused if
     forced and passed over if picked (``best_outside_switch``), as NCCL does."""
     algorithm = algorithm_named(collective, algorithm, algorithms)
@@ -77,9 +78,14 @@ def choose(comm: Comm, collective: str, nbytes: int, algorithm: str = AUTO,
         picked = (best_outside(collective, nbytes, forced) if best_outside is not None
                   else Choice("ring", forced or Protocol.SIMPLE, 0))
     picked = _checked(picked, collective, nbytes)
-    return Choice(wanted or picked.algorithm,
-                  picked.protocol if forced is None else forced,
-                  channels or (picked.channels if wanted in (None, picked.algorithm) else 0))
+    choice = Choice(wanted or picked.algorithm, picked.protocol if forced is None else forced,
+                    channels or (picked.channels if wanted in (None, picked.algorithm) else 0))
+    if choice.algorithm in IN_SWITCH and choice.protocol is not Protocol.SIMPLE:
+        if forced is not None:  # NCCL runs the switch's kernels under Simple only
+            raise ValueError(f"{choice.algorithm} runs under the simple protocol only, not "
+                             f"{protocol!r}")
+        choice = Choice(choice.algorithm, Protocol.SIMPLE, choice.channels)
+    return choice
 
 
 def _checked(picked: Any, collective: str, nbytes: int) -> Choice:
@@ -115,9 +121,8 @@ def nccl_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str = AUTO
     """All-reduce as NCCL chooses to run it: ring, tree, hierarchical, NVLS or NVLS-tree (in
     the switch, Simple only), in a protocol, on a number of channels, from ``Comm.tuner``
     (see the module doc) or forced. Returns ``x``, reduced over all ranks."""
-    choice = in_switch_simple(choose(comm, "allreduce", x.nbytes, algorithm, protocol,
-                                      channels, ALLREDUCE_ALGORITHMS,
-                                      no_switch_reason(x.dtype, op)), protocol)
+    choice = choose(comm, "allreduce", x.nbytes, algorithm, protocol, channels,
+                    ALLREDUCE_ALGORITHMS, no_switch_reason(x.dtype, op))
     if len(x) == 0:
         return x
     if choice.algorithm == "nvls":
@@ -138,9 +143,8 @@ def nccl_reduce_scatter(comm: Comm, x: Any, op: ReduceOp = SUM, algorithm: str =
     """Reduce-scatter as NCCL chooses to run it: a ring in a protocol on a number of
     channels (``nccl_ring_reduce_scatter``), or on one node NVLS (``nvls_reduce_scatter``),
     from ``Comm.tuner`` or forced; returns this rank's chunk of ``x``, reduced."""
-    choice = in_switch_simple(choose(comm, "reducescatter", x.nbytes, algorithm, protocol,
-                                      channels, ONE_WAY_ALGORITHMS,
-                                      no_switch_reason(x.dtype, op)), protocol)
+    choice = choose(comm, "reducescatter", x.nbytes, algorithm, protocol, channels,
+                    ONE_WAY_ALGORITHMS, no_switch_reason(x.dtype, op))
     if len(x) == 0:
         return x
     if choice.algorithm == "nvls":
@@ -154,22 +158,11 @@ def nccl_all_gather(comm: Comm, x: Any, algorithm: str = AUTO, protocol: str = A
     """All-gather as NCCL chooses to run it: a ring in a protocol on a number of channels
     (``nccl_ring_all_gather``), or on one node NVLS (``nvls_all_gather``), from
     ``Comm.tuner`` or forced."""
-    choice = in_switch_simple(choose(comm, "allgather", x.nbytes, algorithm, protocol,
-                                      channels, ONE_WAY_ALGORITHMS), protocol)
+    choice = choose(comm, "allgather", x.nbytes, algorithm, protocol, channels,
+                    ONE_WAY_ALGORITHMS)
     if len(x) == 0:
         return x
     if choice.algorithm == "nvls":
         return (yield from nvls_all_gather(comm, x, choice.channels or NVLS_CHANNELS))
     return (yield from nccl_ring_all_gather(comm, x, choice.channels, choice.protocol))
 
-
-def in_switch_simple(choice: Choice, protocol: Protocol | str) -> Choice:
-    """``choice`` under Simple if it runs in the switch, where NCCL runs Simple only: a
-    forced other ``protocol`` is an error; the tuner's protocol for another algorithm is
-    replaced."""
-    if choice.algorithm in IN_SWITCH and choice.protocol is not Protocol.SIMPLE:
-        if str(protocol).lower() != AUTO:
-            raise ValueError(f"{choice.algorithm} runs under the simple protocol only, not "
-                             f"{protocol!r}")
-        choice = Choice(choice.algorithm, Protocol.SIMPLE, choice.channels)
-    return choice

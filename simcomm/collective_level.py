@@ -58,7 +58,7 @@ from algorithms.ops import (
     check_flag, check_root,
 )
 from algorithms.tuned import (
-    ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, ONE_WAY_ALGORITHMS, choose, in_switch_simple,
+    ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, ONE_WAY_ALGORITHMS, choose,
     nccl_all_gather, nccl_allreduce, nccl_reduce_scatter, no_switch_reason,
 )
 from simcomm.buffers import SizeOnly
@@ -587,8 +587,8 @@ def _tuned_cost(machine: Machine, collective: str, count: int, itemsize: int,
     algorithm makes it (``choose``, with the machine's tuner), timed by ``_estimated``."""
     topology = machine.topology
     comm = Comm(0, topology.size, topology.local_size, machine.tuner)
-    choice = in_switch_simple(choose(comm, collective, count * itemsize, algorithm, protocol,
-                                     channels, algorithms, no_switch), protocol)
+    choice = choose(comm, collective, count * itemsize, algorithm, protocol, channels,
+                    algorithms, no_switch)
     if choice.algorithm in IN_SWITCH and not choice.channels:  # as the algorithms default
         choice = Choice(choice.algorithm, choice.protocol, NVLS_CHANNELS)
     if count == 0:  # NCCL drops an empty collective before it launches
