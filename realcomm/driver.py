@@ -455,9 +455,12 @@ def _wait_until(work: Any, deadline: float, poll: bool) -> None:
     if poll:
         while not work.is_completed() and time.monotonic() < deadline:
             time.sleep(_POLL_SECONDS)
-    # At least a millisecond: gloo gives up at once on a zero timeout, even on works that
+    # Whole milliseconds, rounded up, at least one: gloo counts whole milliseconds (a
+    # shorter wait would give up before the deadline, and read as a failed transport
+    # rather than a timeout), and gives up at once on a zero timeout, even on works that
     # are already done.
-    work.wait(datetime.timedelta(seconds=max(deadline - time.monotonic(), 1e-3)))
+    milliseconds = max(math.ceil((deadline - time.monotonic()) * 1000), 1)
+    work.wait(datetime.timedelta(milliseconds=milliseconds))
 
 
 def _peer_error(rank: int, what: str, error: Exception, deadline: float, timeout: float
