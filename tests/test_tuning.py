@@ -13,7 +13,7 @@ import pytest
 from algorithms import AVG, MAX, PROD, SUM, Protocol, nccl_allreduce
 from algorithms.harness.catalog import get_collective
 from algorithms.harness.tuner_file import (
-    MAX_BYTES, TableTuner, TunerFileError, read_tuner_file, rows_for,
+    MAX_BYTES, TableTuner, TunerFileError, TunerRow, read_tuner_file, rows_for,
 )
 from algorithms.ops import Choice
 from algorithms.tuned import IN_SWITCH
@@ -300,7 +300,12 @@ def test_simcomm_tune_writes_a_file_that_reads_back_as_the_same_choices(
     ("alltoall,0,10,ring,simple,-1,-1,-1", "unknown collective_type 'alltoall'"),
     ("allreduce,0,10,collnet_direct,simple,-1,-1,-1",
      "algorithm 'collnet_direct' is not one this project runs"),
-    ("allreduce,0,10,ring,fast,-1,-1,-1", "unknown protocol 'fast'"),
+    ("allreduce,0,10,ring,fast,-1,-1,-1", "protocol must be ll, ll128, simple, in lower case"),
+    # NCCL's example plugin reads these as ring/simple, and '1_000' as 1: refused, not guessed.
+    ("allreduce,0,10,ring,LL,-1,-1,-1", "protocol must be ll, ll128, simple, in lower case as "
+     "NCCL's example plugin matches it (it reads any other name as simple), got 'LL'"),
+    ("allreduce,0,10,Tree,ll,-1,-1,-1", "algorithm 'Tree' is not one this project runs"),
+    ("allreduce,0,1_000,ring,ll,-1,-1,-1", "max_bytes must be an integer, got '1_000'"),
     ("allreduce,0,x,ring,simple,-1,-1,-1", "max_bytes must be an integer, got 'x'"),
     ("allreduce,20,10,ring,simple,-1,-1,-1", "min_bytes 20 is above max_bytes 10"),
     ("allreduce,0,10,ring,simple,0,-1,-1", "channels must be -1 or >= 1, got 0"),
@@ -338,6 +343,18 @@ def test_rows_a_collective_cannot_run_here_decide_nothing(tmp_path) -> None:
     assert TableTuner(read_tuner_file(path), 2, 16)("allgather", 64) == Choice(
         "ring", Protocol.SIMPLE, 0)
     assert tuner("broadcast", 64) == tuner.default
+
+
+def test_minus_one_channels_runs_one_channel_as_nccls_example_plugin_does(tmp_path) -> None:
+    # The plugin answers one channel unless a row names a count, and NCCL runs that many.
+    path = tmp_path / "tuner.csv"
+    path.write_text("allreduce,0,100,ring,ll,-1,-1,-1\nallreduce,101,200,tree,ll128,+8,-1,-1\n")
+    tuner = TableTuner(read_tuner_file(path), 2, 16)
+    assert tuner("allreduce", 64) == Choice("ring", Protocol.LL, 1)
+    assert tuner("allreduce", 150) == Choice("tree", Protocol.LL128, 8)
+    # A row is written with its count: -1 would run one channel, not NCCL's default.
+    with pytest.raises(ValueError, match="a tuner-file row needs a channel count, got 0"):
+        TunerRow("allreduce", 0, 10, Choice("ring", Protocol.SIMPLE, 0)).csv()
 
 
 def test_tune_refuses_a_builder_and_an_unknown_collective(capsys) -> None:
@@ -382,10 +399,12 @@ def test_a_forced_tree_across_b200_nodes_keeps_nccls_ceiling_per_channel() -> No
         "nvls_tree")
 
 
-def test_a_tuner_file_is_read_as_a_spreadsheet_saves_it_or_refused_naming_it(tmp_path) -> None:
-    saved = tmp_path / "bom.csv"  # a spreadsheet's byte-order mark
-    saved.write_bytes(b"\xef\xbb\xbfallreduce,0,100,ring,ll,-1,-1,-1\n")
-    assert read_tuner_file(saved)[0].choice == Choice("ring", Protocol.LL, 0)
+def test_a_tuner_file_nccl_would_misread_or_cannot_be_read_is_refused_naming_it(
+        tmp_path) -> None:
+    saved = tmp_path / "bom.csv"  # a spreadsheet's byte-order mark: NCCL's plugin would
+    saved.write_bytes(b"\xef\xbb\xbfallgather,0,100,ring,ll,-1,-1,-1\n")  # see an allreduce
+    with pytest.raises(TunerFileError, match="bom.csv starts with a byte-order mark"):
+        read_tuner_file(saved)
     latin = tmp_path / "latin.csv"
     latin.write_bytes(b"# caf\xe9\nallreduce,0,100,ring,ll,-1,-1,-1\n")
     for path, message in ((latin, "cannot read tuner file"), (tmp_path, "cannot read tuner"),

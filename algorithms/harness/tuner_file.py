@@ -7,11 +7,20 @@ format of NCCL's example tuner plugin (NVIDIA/nccl, plugins/tuner/example/README
 them (``NCCL_TUNER_PLUGIN`` with ``NCCL_TUNER_CONFIG_FILE``), and ``TableTuner`` reads one
 back as a ``Comm.tuner`` for either transport. Sizes are what NCCL passes its tuner and
 nccl-tests prints as ``size``: the bytes of one rank's buffer (all-gather: of the whole
-output). ``-1`` matches any channel count, node count or rank count. Lines starting with
-``#`` and blank lines are comments; NCCL's optional ninth and tenth fields (numPipeOps:
--1 or a count; regBuff: -1, 0 or 1) are checked and ignored. As NCCL's example plugin gives
-a cost only to combinations NCCL can run, a row whose collective here cannot run its
-algorithm and protocol (a reduce-scatter by tree, NVLS under LL) decides nothing.
+output). ``-1`` matches any node count or rank count. Lines starting with ``#`` and blank
+lines are comments; NCCL's optional ninth and tenth fields (numPipeOps: -1 or a count;
+regBuff: -1, 0 or 1) are checked and ignored.
+
+Rows are read as the plugin's code reads and applies them (plugin.c, NVIDIA/nccl v2.28.9 to
+v2.30.7), where it differs from its README. Names match exactly, in lower case: the plugin
+reads any other protocol name as Simple and any other algorithm as the ring, so this reader
+refuses them. A call runs on the row's channel count, and ``-1`` means one channel: the
+plugin answers one channel unless a row gives a count, and NCCL then runs that many
+(``ncclGetAlgoInfo`` in src/enqueue.cc), although the README says ``-1`` keeps NCCL's
+default. As the plugin gives a cost only to combinations NCCL can run, a row whose
+collective here cannot run its algorithm and protocol (a reduce-scatter by tree, NVLS under
+LL) decides nothing. ``benchmarks/nccl_tuner_plugin.py`` checks this reader against the
+plugin itself, built from NCCL's source.
 """
 
 from __future__ import annotations
@@ -22,7 +31,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from algorithms.nccl import as_protocol
 from algorithms.ops import MAX_CHANNELS, Choice, Protocol
 from algorithms.tuned import ALLREDUCE_ALGORITHMS, IN_SWITCH, ONE_WAY_ALGORITHMS
 
@@ -31,6 +39,8 @@ COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol",
 COLLECTIVES = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce")
 # NCCL's algorithm names that this project runs (``algorithms.tuned.nccl_allreduce``).
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree")
+PROTOCOLS = ("ll", "ll128", "simple")
+INTEGER = re.compile(r"[+-]?[0-9]+")  # what C's atoi and strtoull read whole
 MAX_BYTES = 2**64 - 1  # size_t's largest: the last range of a file covers every larger size
 
 
@@ -71,11 +81,16 @@ class TunerRow:
         return True
 
     def csv(self) -> str:
-        """The row as a line of the file (channels -1 when the choice keeps the default)."""
+        """The row as a line of the file. Its channel count must be given: NCCL's example
+        plugin would run ``-1`` (NCCL's default, by its README) on one channel."""
         c = self.choice
+        if c.channels < 1:
+            raise ValueError(f"a tuner-file row needs a channel count, got {c.channels} "
+                             f"({c.algorithm}/{c.protocol.value}): NCCL's example plugin "
+                             "runs -1 on one channel")
         return ",".join(str(v) for v in (
             self.collective, self.min_bytes, self.max_bytes, c.algorithm, c.protocol.value,
-            c.channels or -1, self.nodes, self.ranks))
+            c.channels, self.nodes, self.ranks))
 
 
 def rows_for(collective: str, choices: Sequence[tuple[int, Choice]], nodes: int,
@@ -104,10 +119,14 @@ def format_tuner_file(rows: Iterable[TunerRow], comments: Sequence[str] = ()) ->
 def read_tuner_file(path: str | os.PathLike[str]) -> list[TunerRow]:
     """The rows of a tuner file, checked; errors name the file, the line and the field."""
     rows = []
-    try:  # utf-8-sig: a spreadsheet's byte-order mark is no part of the first field
-        text = Path(path).read_text(encoding="utf-8-sig")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise TunerFileError(f"cannot read tuner file {path}: {error}") from None
+    if text.startswith("\ufeff"):  # as a spreadsheet's "CSV UTF-8" saves it
+        raise TunerFileError(f"{path} starts with a byte-order mark, which NCCL's example "
+                             "plugin reads as part of the first field (and then takes the "
+                             "row for an allreduce): save it as plain CSV")
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -127,7 +146,7 @@ def _parse_row(line: str) -> TunerRow:
     collective, low, high, algorithm, protocol, channels, nodes, ranks = fields[:8]
     for name, text, allowed in zip(("numPipeOps", "regBuff"), fields[8:],
                                    ("-1 or >= 1", "-1, 0 or 1")):
-        if not (re.fullmatch(r"-?[0-9]+", text) and (int(text) in (-1, 0, 1)
+        if not (INTEGER.fullmatch(text) and (int(text) in (-1, 0, 1)
                                                       if name == "regBuff"
                                                       else int(text) == -1 or int(text) >= 1)):
             raise ValueError(f"{name} must be {allowed}, got {text!r}")
@@ -136,15 +155,18 @@ def _parse_row(line: str) -> TunerRow:
                          f"{', '.join(COLLECTIVES)}")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r} is not one this project runs "
-                         f"({', '.join(ALGORITHMS)})")
-    chosen = as_protocol(protocol)
+                         f"({', '.join(ALGORITHMS)}, in lower case as NCCL's example plugin "
+                         "matches them)")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be {', '.join(PROTOCOLS)}, in lower case as NCCL's "
+                         f"example plugin matches it (it reads any other name as simple), "
+                         f"got {protocol!r}")
     numbers = {}
     for name, text in (("min_bytes", low), ("max_bytes", high), ("channels", channels),
                        ("nNodes", nodes), ("nRanks", ranks)):
-        try:
-            numbers[name] = int(text)
-        except ValueError:
-            raise ValueError(f"{name} must be an integer, got {text!r}") from None
+        if not INTEGER.fullmatch(text):  # int() would also take '1_000', which C reads as 1
+            raise ValueError(f"{name} must be an integer, got {text!r}")
+        numbers[name] = int(text)
         least = 0 if name.endswith("bytes") else -1
         if numbers[name] < least or numbers[name] == 0 and not name.endswith("bytes"):
             raise ValueError(f"{name} must be {'>= 0' if least == 0 else '-1 or >= 1'}, "
@@ -158,7 +180,8 @@ def _parse_row(line: str) -> TunerRow:
     if numbers["channels"] > MAX_CHANNELS:
         raise ValueError(f"channels must be -1 or 1 to {MAX_CHANNELS} (NCCL runs at most "
                          f"{MAX_CHANNELS}), got {channels}")
-    choice = Choice(algorithm, chosen, max(numbers["channels"], 0))
+    # -1: the plugin leaves its answer at one channel, and NCCL runs that.
+    choice = Choice(algorithm, Protocol(protocol), max(numbers["channels"], 1))
     return TunerRow(collective, numbers["min_bytes"], numbers["max_bytes"], choice,
                     numbers["nNodes"], numbers["nRanks"])
 
@@ -166,7 +189,8 @@ def _parse_row(line: str) -> TunerRow:
 class TableTuner:
     """A ``Comm.tuner`` from tuner-file rows for a group of ``ranks`` ranks on ``nodes``
     nodes: the first row that matches a call decides it; a call no row matches runs
-    ``default``."""
+    ``default``. (Under NCCL's example plugin such a call runs NCCL's own choice on one
+    channel; ``simcomm tune`` writes rows for every size, so none is left to it.)"""
 
     def __init__(self, rows: Sequence[TunerRow], nodes: int, ranks: int,
                  default: Choice = Choice("ring", Protocol.SIMPLE, 0)) -> None:
