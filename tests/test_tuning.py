@@ -9,11 +9,14 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from algorithms import AVG, MAX, PROD, SUM, Protocol, nccl_allreduce
 from algorithms.harness.catalog import get_collective
 from algorithms.harness.tuner_file import (
-    MAX_BYTES, TableTuner, TunerFileError, TunerRow, read_tuner_file, rows_for,
+    MAX_BYTES, TableTuner, TunerFileError, TunerRow, format_tuner_file, read_tuner_file,
+    rows_for,
 )
 from algorithms.ops import Choice
 from algorithms.tuned import IN_SWITCH
@@ -416,3 +419,30 @@ def test_a_tuner_file_nccl_would_misread_or_cannot_be_read_is_refused_naming_it(
         saved.write_text(line + "\n")
         with pytest.raises(TunerFileError, match=message):
             read_tuner_file(saved)
+
+
+tuner_rows = st.builds(
+    lambda collective, low, span, algorithm, protocol, channels, nodes, per_node: TunerRow(
+        collective, low, min(low + span, MAX_BYTES), Choice(algorithm, protocol, channels),
+        nodes, -1 if nodes == -1 or per_node == -1 else nodes * per_node),
+    st.sampled_from(["allreduce", "reducescatter", "allgather", "broadcast", "reduce"]),
+    st.integers(0, MAX_BYTES), st.integers(0, MAX_BYTES),
+    st.sampled_from(["ring", "tree", "nvls", "nvls_tree"]), st.sampled_from(list(Protocol)),
+    st.integers(1, 64), st.sampled_from([-1, 1, 2, 4]), st.sampled_from([-1, 1, 8]))
+
+
+@given(rows=st.lists(tuner_rows, max_size=12), nodes=st.sampled_from([1, 2, 4]),
+       probes=st.lists(st.integers(0, MAX_BYTES), min_size=1, max_size=8))
+def test_any_rows_written_read_back_as_the_same_rows_and_choices(tmp_path_factory, rows, nodes,
+                                                                  probes) -> None:
+    path = tmp_path_factory.mktemp("tuner") / "tuner.csv"
+    path.write_text(format_tuner_file(rows, ["written by a test"]))
+    read = read_tuner_file(path)
+    assert read == rows
+    # The first row that matches decides, as NCCL's example plugin scans its rows.
+    tuner = TableTuner(read, nodes, nodes * 8)
+    for collective in ("allreduce", "allgather"):
+        for nbytes in probes + [r.min_bytes for r in rows] + [r.max_bytes for r in rows]:
+            first = next((r.choice for r in rows
+                          if r.matches(collective, nbytes, nodes, nodes * 8)), tuner.default)
+            assert tuner(collective, nbytes) == first
