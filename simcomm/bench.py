@@ -36,6 +36,7 @@ from algorithms.harness.bench import (
     count_wrong, rank_time,
 )
 from algorithms.harness.catalog import UserAlgorithmError
+from algorithms.ops import Tuner
 from simcomm.buffers import SizeOnly
 from simcomm.collective_level import choose_level
 from simcomm.engine import simulate
@@ -143,15 +144,16 @@ def _parse(what: str, parse: Callable[[str], float], text: str) -> float:
 def bench_size(config: BenchConfig, topology: Topology, size: int,
                average: int = SLOWEST_RANK, level: str = "message",
                progress: Callable[[int], None] | None = None,
-               variation: Variation | None = None, gpus_per_process: int = 1) -> BenchRow:
+               variation: Variation | None = None, gpus_per_process: int = 1,
+               tuner: Tuner | None = None) -> BenchRow:
     """Simulate ``config``'s collective at ``size`` bytes on ``topology`` and score it; its
     time is the ranks' finish times made one as nccl-tests' ``-a`` says (``rank_time``;
     default the last rank's, when the collective is done), paced by the host when one
     process drives ``gpus_per_process`` GPUs (``host_bound_seconds``).
 
     Size-only buffers unless ``config.check``, which runs numpy data and counts wrong
-    elements. ``level``, ``progress`` and ``variation``: as ``simulate``'s (``bench_level``
-    says which level a run takes).
+    elements. ``level``, ``progress``, ``variation`` and ``tuner``: as ``simulate``'s
+    (``bench_level`` says which level a run takes).
     """
     p = topology.size
     count = buffer_count(config.collective, p, size, config.dtype.itemsize)
@@ -160,7 +162,8 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
     else:
         inputs = [SizeOnly(count, config.dtype)] * p  # immutable, so one serves every rank
     result = simulate(config.collective.function, inputs, topology, record=False, level=level,
-                      progress=progress, variation=variation, **config.algorithm_kwargs())
+                      progress=progress, variation=variation, tuner=tuner,
+                      **config.algorithm_kwargs())
     wrong = None
     if config.check:
         wrong = count_wrong(config.collective, inputs, result.results, config.op,
@@ -175,11 +178,13 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
 
 def sample_seconds(seed: int, config: BenchConfig, topology: Topology, size: int,
                    variation: Variation, average: int = SLOWEST_RANK,
-                   level: str = "message", gpus_per_process: int = 1) -> float:
+                   level: str = "message", gpus_per_process: int = 1,
+                   tuner: Tuner | None = None) -> float:
     """One seeded sample of ``size``: its time with ``variation``'s draws from ``seed``
     (module level, so that worker processes can run it)."""
     row = bench_size(config, topology, size, average, level,
-                     variation=replace(variation, seed=seed), gpus_per_process=gpus_per_process)
+                     variation=replace(variation, seed=seed), gpus_per_process=gpus_per_process,
+                     tuner=tuner)
     return row.time_us / 1e6
 
 
@@ -192,14 +197,14 @@ def sampled_row(config: BenchConfig, world_size: int, size: int, samples: Sample
 
 def bench_rows(config: BenchConfig, topology: Topology, average: int = SLOWEST_RANK,
                level: str = "message", progress: Callable[[int], None] | None = None,
-               variation: Variation | None = None, gpus_per_process: int = 1
-               ) -> Iterator[BenchRow]:
+               variation: Variation | None = None, gpus_per_process: int = 1,
+               tuner: Tuner | None = None) -> Iterator[BenchRow]:
     """Every size of ``config`` on ``topology``, each row as soon as it is simulated (its
     root is checked against the ranks first)."""
     config.check_world(topology.size)
     for size in config.sizes:
         yield bench_size(config, topology, size, average, level, progress, variation,
-                         gpus_per_process)
+                         gpus_per_process, tuner)
 
 
 def message_progress(total: int | None) -> tqdm:
@@ -216,9 +221,10 @@ def bench_level(config: BenchConfig, topology: Topology, level: str) -> str:
 
 
 def traced_run(config: BenchConfig, topology: Topology, size: int,
-               trace: str | os.PathLike[str] | None = None) -> SimResult:
+               trace: str | os.PathLike[str] | None = None,
+               tuner: Tuner | None = None) -> SimResult:
     """``size`` again, size-only, with the op trace kept (and written as a Chrome trace to
     ``trace`` if given): timing does not depend on the data."""
     count = buffer_count(config.collective, topology.size, size, config.dtype.itemsize)
     return simulate(config.collective.function, [SizeOnly(count, config.dtype)] * topology.size,
-                    topology, trace=trace, **config.algorithm_kwargs())
+                    topology, trace=trace, tuner=tuner, **config.algorithm_kwargs())

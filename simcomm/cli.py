@@ -47,8 +47,10 @@ from algorithms.harness.cli import (
     NCCL_TESTS_REFUSED, Parser, Refused, UsageError, add_bench_arguments, configs_from_args,
     output_file, run_command,
 )
-from algorithms.harness.catalog import KINDS
-from algorithms.harness.tuner_file import format_tuner_file, rows_for
+from algorithms.harness.catalog import KINDS, TUNED_COLLECTIVES
+from algorithms.harness.tuner_file import (
+    TableTuner, format_tuner_file, read_tuner_file, rows_for,
+)
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
     HOST_SECONDS_PER_GPU, HOST_SECONDS_PER_ITERATION, SLOWEST_RANK, algorithm_config,
@@ -132,6 +134,12 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeline", metavar="FILE.png", type=output_file,
                         help="draw the run of the largest size as a timeline PNG (needs "
                              "matplotlib)")
+    parser.add_argument("--tuner-file", metavar="FILE.csv",
+                        help="choose how nccl_allreduce, nccl_reduce_scatter and "
+                             "nccl_all_gather run each call from this tuner file, as NCCL "
+                             "with its example tuner plugin would (simcomm tune writes one); "
+                             "a call no row covers runs the model's choice on one channel, "
+                             "as the plugin leaves it")
     _add_topology_arguments(parser)
     _add_level_argument(parser)
     add_variation_arguments(parser, training=False)
@@ -207,6 +215,7 @@ def bench(args: argparse.Namespace) -> int:
     done (``-d all`` and ``-o all``: every type and op in turn)."""
     configs = configs_from_args(args)
     topology = _topology_from_args(args)
+    tuner = _tuner_from_args(args, configs[0], topology)
     _check_runs(args)
     if args.ngpus < 1 or topology.size % args.ngpus:
         raise ValueError(f"-g/--ngpus {args.ngpus}: the GPUs one process drives must be a "
@@ -223,6 +232,9 @@ def bench(args: argparse.Namespace) -> int:
         raise ValueError("--samples times seeded runs and counts no wrong elements: give -c/"
                          "--check without it")
     header = _bench_header(args, configs[0], topology)
+    if tuner is not None:
+        header.append(f"tuner file: {args.tuner_file} ({len(tuner.rows)} rows; a call no row "
+                      "covers runs the model's choice on one channel)")
     if args.level == "auto" and level == "message":
         header.append(f"level: auto: every message simulated, but a size that would take more "
                       f"than {AUTO_MESSAGE_LIMIT:,} is costed at the collective level (its last "
@@ -237,30 +249,45 @@ def bench(args: argparse.Namespace) -> int:
     writer.start()
     if args.samples is not None:
         _bench_samples(args, configs, topology, average, level, variation or Variation(0),
-                       writer)
+                       writer, tuner)
     else:
         expected = expected_messages(configs[0].collective.function, topology.size)
         with message_progress(None if expected is None
                               else expected * sum(len(c.sizes) for c in configs)) as bar:
             for config in configs:
                 for row in bench_rows(config, topology, average, args.level, bar.update,
-                                      variation, args.ngpus):
+                                      variation, args.ngpus, tuner):
                     writer.write(row)
     writer.finish()
     if args.summary or args.trace or args.timeline:
-        _largest_run(args, configs[0], topology)
+        _largest_run(args, configs[0], topology, tuner)
     return 0
 
 
+def _tuner_from_args(args: argparse.Namespace, config: BenchConfig, topology: Topology
+                     ) -> TableTuner | None:
+    """``--tuner-file``'s rows as the tuner of this run, NCCL's own choice being the
+    model's (``ModelTuner``); None without the flag."""
+    if args.tuner_file is None:
+        return None
+    if config.collective.name not in TUNED_COLLECTIVES:
+        raise ValueError(f"--tuner-file decides how {', '.join(TUNED_COLLECTIVES)} run; "
+                         f"{config.collective.name} asks no tuner")
+    nodes = topology.size // (topology.local_size or topology.size)
+    return TableTuner(read_tuner_file(args.tuner_file), nodes, topology.size,
+                      nccl=ModelTuner(topology))
+
+
 def _bench_samples(args: argparse.Namespace, configs: Sequence[BenchConfig], topology: Topology,
-                   average: int, level: str, variation: Variation, writer: RowWriter) -> None:
+                   average: int, level: str, variation: Variation, writer: RowWriter,
+                   tuner: TableTuner | None) -> None:
     """``--samples``: every size's seeded samples, a row each with their spread."""
     drawn = {}
     for config in configs:
         for size in config.sizes:
             run = partial(sample_seconds, config=config, topology=topology, size=size,
                           variation=variation, average=average, level=level,
-                          gpus_per_process=args.ngpus)
+                          gpus_per_process=args.ngpus, tuner=tuner)
             name = f"{config.collective.name}, {config.dtype.name}"
             if config.op is not None:
                 name += f", {config.op.value}"
@@ -314,10 +341,11 @@ def _bench_header(args: argparse.Namespace, config: BenchConfig, topology: Topol
     return header
 
 
-def _largest_run(args: argparse.Namespace, config: BenchConfig, topology: Topology) -> None:
+def _largest_run(args: argparse.Namespace, config: BenchConfig, topology: Topology,
+                 tuner: TableTuner | None = None) -> None:
     """The run of the largest size again, traced: its summary, trace file and timeline."""
     largest = max(config.sizes)
-    result = traced_run(config, topology, largest, args.trace)
+    result = traced_run(config, topology, largest, args.trace, tuner)
     notes = []
     if args.summary:
         notes.append(f"summary of the largest size, {largest} B:\n" + format_summary(result))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -446,3 +447,64 @@ def test_any_rows_written_read_back_as_the_same_rows_and_choices(tmp_path_factor
             first = next((r.choice for r in rows
                           if r.matches(collective, nbytes, nodes, nodes * 8)), tuner.default)
             assert tuner(collective, nbytes) == first
+
+
+def bench_picks(capsys, *argv: str) -> dict[int, tuple[float, str]]:
+    """``simcomm bench`` in-process: size -> (time in us, what ran)."""
+    assert main(["bench", *argv]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if line.strip() and not line.startswith("#")]
+    return {int(row[0]): (float(row[5]), row[-1]) for row in rows}
+
+
+def test_bench_with_a_tuner_file_runs_what_nccl_would_run_with_it(tmp_path, capsys) -> None:
+    preset = ["--algorithm", "nccl_allreduce", "--topology", "cluster-h100:nodes=2",
+              "--sizes", "8,1MiB,64MiB"]
+    tuned = tmp_path / "tuned.csv"
+    assert main(["tune", "--topology", "cluster-h100:nodes=2", "--out", str(tuned)]) == 0
+    capsys.readouterr()
+    # The file simcomm tune writes runs as the model chooses, call for call.
+    assert (bench_picks(capsys, *preset, "--tuner-file", str(tuned))
+            == bench_picks(capsys, *preset))
+    # A hand-written file: -1 channels is one channel; a size no row covers runs the
+    # model's choice on the one channel the plugin answers.
+    own = tmp_path / "own.csv"
+    own.write_text("allreduce,0,1048576,ring,ll,-1,2,16\n"
+                   "allreduce,1048577,16777216,ring,simple,8,-1,-1\n")
+    picks = bench_picks(capsys, *preset, "--tuner-file", str(own))
+    model = bench_picks(capsys, *preset)
+    assert picks[8][1] == "ring/LL/1" and picks[1 << 20][1] == "ring/LL/1"
+    assert picks[64 << 20][1] == model[64 << 20][1].rsplit("/", 1)[0] + "/1"
+    assert picks[64 << 20][0] > 2 * model[64 << 20][0]  # one channel of 16
+
+
+def test_a_tuner_file_row_nccl_cannot_run_for_the_call_decides_nothing() -> None:
+    # NVLS cannot average: NCCL marks it ignored, the plugin passes its row over and the
+    # next row that NCCL can run decides (here the ring under Simple on 4 channels).
+    rows = [TunerRow("allreduce", 0, MAX_BYTES, Choice("nvls", Protocol.SIMPLE, 16)),
+            TunerRow("allreduce", 0, MAX_BYTES, Choice("ring", Protocol.SIMPLE, 4))]
+    topology = make_preset("dgx-h100")
+    tuner = TableTuner(rows, 1, 8, nccl=ModelTuner(topology))
+    inputs = [SizeOnly(1 << 20, np.float32)] * 8
+    summed = simulate(nccl_allreduce, inputs, topology, tuner=tuner, op=SUM)
+    averaged = simulate(nccl_allreduce, inputs, topology, tuner=tuner, op=AVG)
+    assert [launch.describe() for launch in summed.launches][:1] == ["nvls/SIMPLE/16"]
+    assert [launch.describe() for launch in averaged.launches][:1] == ["ring/SIMPLE/4"]
+    # NCCL_ALGO=tree (no tree row): NCCL's own pick for the tree, on one channel.
+    assert tuner.best_for("allreduce", 1 << 20, "tree") == replace(
+        ModelTuner(topology).best_for("allreduce", 1 << 20, "tree"), channels=1)
+    assert tuner.best_with("allreduce", 1 << 20, Protocol.SIMPLE) == rows[0].choice
+
+
+def test_bench_refuses_a_tuner_file_for_a_collective_that_asks_no_tuner(tmp_path,
+                                                                        capsys) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("allreduce,0,100,ring,ll,1,-1,-1\n")
+    assert main(["bench", "--algorithm", "ring_allreduce", "--topology", "dgx-h100",
+                 "--tuner-file", str(path)]) == 2
+    assert "ring_allreduce asks no tuner" in capsys.readouterr().err
+    path.write_text("allreduce,0,100,ring,LL,1,-1,-1\n")
+    assert main(["bench", "--algorithm", "nccl_allreduce", "--topology", "dgx-h100",
+                 "--tuner-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "t.csv, line 1: protocol must be" in err and "Traceback" not in err

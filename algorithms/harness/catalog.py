@@ -104,6 +104,8 @@ COLLECTIVES: MappingProxyType[str, Collective] = MappingProxyType({
 })
 
 
+# The built-in collectives that ask the tuner (``Comm.tuner``) how to run each call.
+TUNED_COLLECTIVES = ("nccl_allreduce", "nccl_reduce_scatter", "nccl_all_gather")
 # The built-in collectives that run NCCL's rings on channels of their own.
 _RING_COLLECTIVES = ("nccl_ring_allreduce", "nccl_ring_reduce_scatter", "nccl_ring_all_gather",
                      "nccl_reduce_scatter", "nccl_all_gather")
@@ -118,7 +120,7 @@ def channel_names(name: str, params: dict[str, Any], ranks_per_node: int) -> lis
     channels = params.get("channels", 0)
     tuned_allreduce = name == "nccl_allreduce"
     algorithm = tuned.AUTO
-    if name in ("nccl_allreduce", "nccl_reduce_scatter", "nccl_all_gather"):
+    if name in TUNED_COLLECTIVES:
         algorithm = tuned.algorithm_named(name, params.get("algorithm", tuned.AUTO), (
             tuned.ALLREDUCE_ALGORITHMS if tuned_allreduce else tuned.ONE_WAY_ALGORITHMS))
     if name.startswith("nvls_") or algorithm in tuned.IN_SWITCH:

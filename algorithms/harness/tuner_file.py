@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from algorithms.ops import MAX_CHANNELS, Choice, Protocol
+from algorithms.ops import MAX_CHANNELS, Choice, Protocol, Tuner
 from algorithms.tuned import ALLREDUCE_ALGORITHMS, IN_SWITCH, ONE_WAY_ALGORITHMS
 
 COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
@@ -188,16 +189,53 @@ def _parse_row(line: str) -> TunerRow:
 
 class TableTuner:
     """A ``Comm.tuner`` from tuner-file rows for a group of ``ranks`` ranks on ``nodes``
-    nodes: the first row that matches a call decides it; a call no row matches runs
-    ``default``. (Under NCCL's example plugin such a call runs NCCL's own choice on one
-    channel; ``simcomm tune`` writes rows for every size, so none is left to it.)"""
+    nodes: the first row that matches a call decides it, as NCCL's example plugin scans its
+    rows. A call no row decides runs ``nccl``'s choice (NCCL's own tuner, such as
+    ``simcomm.tuning.ModelTuner``) on one channel, the plugin's answer when no row matches;
+    without ``nccl``, it runs ``default``.
+
+    Where NCCL_ALGO or NCCL_PROTO force a choice (``best_for``, ``best_with``), or the switch
+    cannot do the reduction (``best_outside_switch``), NCCL marks the other combinations
+    ignored and the plugin passes over rows that choose them: so does this tuner."""
 
     def __init__(self, rows: Sequence[TunerRow], nodes: int, ranks: int,
-                 default: Choice = Choice("ring", Protocol.SIMPLE, 0)) -> None:
-        self.rows, self.nodes, self.ranks, self.default = tuple(rows), nodes, ranks, default
+                 default: Choice = Choice("ring", Protocol.SIMPLE, 0),
+                 nccl: Tuner | None = None) -> None:
+        self.rows, self.nodes, self.ranks = tuple(rows), nodes, ranks
+        self.default, self.nccl = default, nccl
 
     def __call__(self, collective: str, nbytes: int) -> Choice:
+        return self._first(collective, nbytes, lambda choice: True, "__call__",
+                           self.default)
+
+    def best_for(self, collective: str, nbytes: int, algorithm: str) -> Choice:
+        """The pick when ``algorithm`` is forced (NCCL_ALGO)."""
+        return self._first(collective, nbytes, lambda choice: choice.algorithm == algorithm,
+                           "best_for", Choice(algorithm, Protocol.SIMPLE, 0), algorithm)
+
+    def best_with(self, collective: str, nbytes: int, protocol: Protocol,
+                  algorithm: str | None = None) -> Choice:
+        """The pick when ``protocol`` is forced (NCCL_PROTO), and ``algorithm`` if given."""
+        return self._first(
+            collective, nbytes,
+            lambda choice: choice.protocol is protocol and algorithm in (None, choice.algorithm),
+            "best_with", Choice(algorithm or "ring", protocol, 0), protocol, algorithm)
+
+    def best_outside_switch(self, collective: str, nbytes: int,
+                            protocol: Protocol | None = None) -> Choice:
+        """The pick for a reduction the switch cannot do (under ``protocol`` if given)."""
+        return self._first(
+            collective, nbytes,
+            lambda choice: choice.algorithm not in IN_SWITCH and protocol in (None,
+                                                                              choice.protocol),
+            "best_outside_switch", Choice("ring", protocol or Protocol.SIMPLE, 0), protocol)
+
+    def _first(self, collective: str, nbytes: int, allowed: Callable[[Choice], bool],
+               method: str, default: Choice, *args: Any) -> Choice:
         for row in self.rows:
-            if row.matches(collective, nbytes, self.nodes, self.ranks):
+            if allowed(row.choice) and row.matches(collective, nbytes, self.nodes, self.ranks):
                 return row.choice
-        return self.default
+        ask = getattr(self.nccl, method, None)
+        if ask is None:
+            return default
+        return replace(ask(collective, nbytes, *args), channels=1)
