@@ -11,7 +11,7 @@ output). ``-1`` matches any node count or rank count. Lines starting with ``#`` 
 lines are comments; NCCL's optional ninth and tenth fields (numPipeOps: -1 or a count;
 regBuff: -1, 0 or 1) are checked and ignored.
 
-Rows are read as the plugin's code reads and applies them (plugin.c, NVIDIA/nccl v2.28.9 to
+Rows are read as the plugin's code reads and applies them (plugin.c, NVIDIA/nccl v2.27.5 to
 v2.30.7), where it differs from its README. Names match exactly, in lower case: the plugin
 reads any other protocol name as Simple and any other algorithm as the ring, so this reader
 refuses them. A call runs on the row's channel count, and ``-1`` means one channel: the
