@@ -51,6 +51,9 @@ def test_every_published_table_reads_with_its_source(path) -> None:
     ("h100-1node-ring-allgather-togethernccl",  # NCCL_ALGO=RING
      ("dgx-h100", "nccl_all_gather", {"algorithm": "ring"})),
     ("h100-2nodes-default-gcpa3mega", "no preset for a TCP network (GPUDirect-TCPXO)"),
+    ("a100-2nodes-ring-deepops",  # NCCL_ALGO=RING; nccl-tests of its age print no root
+     ("cluster-a100:nodes=2", "nccl_allreduce", {"algorithm": "ring"})),
+    ("b200-2nodes-default-lambdadstack", ("cluster-b200:nodes=2", "nccl_allreduce", {})),
 ])
 def test_tables_map_to_the_model_their_headers_describe(name, model) -> None:
     assert fidelity.model_for(fidelity.read_table(PUBLISHED / f"{name}.csv")) == model
