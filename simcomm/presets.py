@@ -41,6 +41,22 @@ GB = 1e9  # bytes/second per GB/s
 US = 1e-6  # seconds per microsecond
 GIB = 1024**3
 
+
+def microseconds(value: float) -> float:
+    """``value`` microseconds in seconds, the double nearest it, as ``"3.4us"`` reads: so a
+    preset written as a topology file (``simcomm topo show --toml``) shows 3.4us, not
+    3.3999999999999996us."""
+    return float(f"{round(value, 9)!r}e-6")
+
+
+def nccl_latencies(ring: tuple[float, float, float], tree: tuple[float, float, float]
+                   ) -> PerProtocol:
+    """NCCL's figures in microseconds, (Simple, LL, LL128) for the ring and for the tree."""
+    simple, ll, ll128 = (microseconds(us) for us in tree)
+    return PerProtocol(*(microseconds(us) for us in ring),
+                       tree=PerProtocol(simple, ll, ll128))
+
+
 # -- published figures ------------------------------------------------------------------------
 #
 # NVLink. A100 has 12 NVLinks (NVIDIA A100 datasheet: 600 GB/s both directions together),
@@ -88,14 +104,10 @@ PCIE_GEN5_X16_DATA = 16 * 240 / 80 * GB
 # figures hold: 25.0 us for a small all-reduce on two DGX H100 nodes, 34.8 us on four
 # (benchmarks/published), against 25.2 and 35.2 us from them and 20.4 and 25.8 us from the
 # ring's.
-NVLINK_STEP_LATENCY = PerProtocol(simple=3.4 * US, ll=0.6 * US, ll128=1.9 * US,
-                                  tree=PerProtocol(simple=4.0 * US, ll=0.6 * US, ll128=1.25 * US))
-PCIE_STEP_LATENCY = PerProtocol(simple=5.7 * US, ll=1.0 * US, ll128=2.5 * US,
-                                tree=PerProtocol(simple=4.0 * US, ll=1.0 * US, ll128=1.9 * US))
-NET_STEP_LATENCY = PerProtocol(simple=14.0 * US, ll=2.7 * US, ll128=4.0 * US,
-                               tree=PerProtocol(simple=14.0 * US, ll=5.0 * US, ll128=8.5 * US))
-NCCL_LAUNCH_LATENCY = PerProtocol(simple=8.4 * US, ll=6.6 * US, ll128=14.0 * US,
-                                  tree=PerProtocol(simple=8.4 * US, ll=6.8 * US, ll128=14.0 * US))
+NVLINK_STEP_LATENCY = nccl_latencies(ring=(3.4, 0.6, 1.9), tree=(4.0, 0.6, 1.25))
+PCIE_STEP_LATENCY = nccl_latencies(ring=(5.7, 1.0, 2.5), tree=(4.0, 1.0, 1.9))
+NET_STEP_LATENCY = nccl_latencies(ring=(14.0, 2.7, 4.0), tree=(14.0, 5.0, 8.5))
+NCCL_LAUNCH_LATENCY = nccl_latencies(ring=(8.4, 6.6, 14.0), tree=(8.4, 6.8, 14.0))
 # What one GPU sends per second under LL, NCCL's llMaxBw (same file and version): on one
 # node by GPU generation, across nodes by host CPU and node count. DGX H100 and DGX B200
 # hosts have Intel Xeon CPUs (NVIDIA DGX H100 and DGX B200 User Guides).
@@ -138,7 +150,7 @@ B200_ONE_NODE_RINGS = (8, 90 * GB)
 # (8.4 us) and two in-switch steps of one GPU-to-GPU latency (3.4 us) each; each step's
 # wait in the switch makes up the rest, so the total is NCCL's 25 us.
 NVLS_EFFICIENCY = 5 / 6
-NVLS_SWITCH_LATENCY = (25.0 - 8.4 - 2 * 3.4) / 2 * US
+NVLS_SWITCH_LATENCY = microseconds((25.0 - 8.4 - 2 * 3.4) / 2)
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
 # Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
 # which already covers a message's whole trip across the network.

@@ -3,6 +3,8 @@ all-reduce bus bandwidth that nccl-tests reaches on the real machines."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from simcomm import Link, SizeOnly, Topology, simulate
 from simcomm.presets import (
     GB, PUBLISHED_BUSBW, US, describe, list_presets, make_preset, ring_allreduce_busbw,
 )
+from simcomm.topofile import dump_topology
 
 PRESET_NAMES = [name for name, _ in list_presets()]
 
@@ -233,3 +236,13 @@ def test_size_only_busbw_matches_the_closed_form_on_dgx_a100():
     time = 2 * (p - 1) * (alpha + n / p / bandwidth) + (p - 1) * n / p / hbm
     result = simulate(ring_allreduce, [SizeOnly(n // 4)] * p, topology, record=False)
     assert result.time == pytest.approx(time, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_a_preset_written_as_a_topology_file_shows_its_figures_as_published(name) -> None:
+    # NCCL's 3.4 us reads back as "1.7us" a link, not "1699.9999999999998ns".
+    text = dump_topology(make_preset(name))
+    figures = re.findall(r'= "([0-9.]+)([A-Za-z/]+)"', text)
+    assert figures
+    assert all(len(number.replace(".", "").strip("0")) <= 6 for number, _ in figures), [
+        number + unit for number, unit in figures if len(number.replace(".", "")) > 6]
