@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import functools
 import re
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -508,3 +511,15 @@ def test_bench_refuses_a_tuner_file_for_a_collective_that_asks_no_tuner(tmp_path
                  "--tuner-file", str(path)]) == 2
     err = capsys.readouterr().err
     assert "t.csv, line 1: protocol must be" in err and "Traceback" not in err
+
+
+def test_the_plugin_check_names_a_source_tree_without_nccls_example_plugin(tmp_path) -> None:
+    # benchmarks/nccl_tuner_plugin.py needs NCCL's source and a C compiler; without the
+    # plugin's source it says where it looked, in one line.
+    script = Path(__file__).parent.parent / "benchmarks" / "nccl_tuner_plugin.py"
+    done = subprocess.run([sys.executable, str(script), "--nccl", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"error: no example tuner plugin under {tmp_path} (looked for "
+        "plugins/tuner/example/plugin.c and ext-tuner/example/plugin.c)")
