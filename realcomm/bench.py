@@ -21,7 +21,7 @@ bits.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -35,7 +35,8 @@ from algorithms.harness.bench import (
     count_wrong, rank_time,
 )
 from algorithms.harness.catalog import Collective, channel_names
-from algorithms.ops import ReduceOp
+from algorithms.harness.tuner_file import TableTuner, TunerRow
+from algorithms.ops import Choice, Protocol, ReduceOp
 from realcomm.driver import (
     DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, Driver, launcher_local_size,
 )
@@ -72,6 +73,10 @@ NATIVE_NAMES = {
     "alltoall": "all_to_all_single",
 }
 
+# What runs a call no row of a tuner file decides. NCCL's example plugin leaves such a call
+# to NCCL's own choice on one channel; realcomm has no cost model, so the ring runs.
+UNMATCHED = Choice("ring", Protocol.SIMPLE, 1)
+
 Runner = Callable[[bool], Any]  # one run; the flag asks it to check its arguments first
 RowSink = Callable[[BenchRow], None]
 
@@ -89,6 +94,7 @@ class RunOptions:
     check_messages: bool = False  # the driver's check mode
     average: int | None = None  # nccl-tests' -a (AVERAGES); None: DEFAULT_AVERAGE[timing]
     per_iteration: bool = False  # -I: time every run and give each row their spread
+    tuner_rows: tuple[TunerRow, ...] = ()  # --tuner-file's rows; () for none
 
     def __post_init__(self) -> None:
         if self.warmup_iters < 0:
@@ -119,9 +125,13 @@ def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device,
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     world = dist.get_world_size()
-    channels = channel_names(config.collective.name, dict(config.params),
-                             launcher_local_size(world) or world)
-    driver = Driver(channels=channels, timeout=options.timeout,
+    local_size = launcher_local_size(world) or world
+    channels = channel_names(config.collective.name, dict(config.params), local_size)
+    tuner = None
+    if options.tuner_rows:
+        tuner = TableTuner(options.tuner_rows, world // local_size, world, default=UNMATCHED)
+        channels = _tuned_channels(config, options.tuner_rows, local_size, channels)
+    driver = Driver(channels=channels, timeout=options.timeout, tuner=tuner,
                     slice_bytes=options.slice_bytes, check=options.check_messages)
     rows = []
     for size in config.sizes:
@@ -130,6 +140,19 @@ def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device,
             on_row(rows[-1])
     driver.close()  # `-d all` and `-o all` make one driver per type and op
     return rows
+
+
+def _tuned_channels(config: BenchConfig, rows: Sequence[TunerRow], local_size: int,
+                    channels: Sequence[str]) -> list[str]:
+    """Every channel that a call of ``config``'s collective may run on under the tuner
+    file's ``rows`` (or, where no row decides, ``UNMATCHED``): the driver makes each
+    channel's process group before the first call."""
+    names = dict.fromkeys(channels)
+    for choice in [row.choice for row in rows] + [UNMATCHED]:
+        params = {**dict(config.params), "algorithm": choice.algorithm,
+                  "channels": choice.channels}
+        names.update(dict.fromkeys(channel_names(config.collective.name, params, local_size)))
+    return list(names)
 
 
 def _bench_size(config: BenchConfig, options: RunOptions, driver: Driver,

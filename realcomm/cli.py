@@ -31,6 +31,8 @@ from algorithms.harness.bench import AVERAGES, BenchConfig, RowWriter, parse_siz
 from algorithms.harness.cli import (
     Parser, add_bench_arguments, configs_from_args, output_file, run_command,
 )
+from algorithms.harness.catalog import TUNED_COLLECTIVES
+from algorithms.harness.tuner_file import TunerRow, read_tuner_file
 from algorithms.protocol import AlgorithmError
 from realcomm.bench import (
     BASELINES, DEFAULT_AVERAGE, ITERS, NATIVE_NAMES, TIMINGS, UNSUPPORTED_DTYPES, WARMUP_ITERS,
@@ -111,6 +113,10 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--slice-bytes", default=str(DEFAULT_SLICE_BYTES), metavar="SIZE",
                      help="send larger messages in slices of this size, 0 for whole "
                           f"(default {DEFAULT_SLICE_BYTES})")
+    run.add_argument("--tuner-file", metavar="FILE.csv",
+                     help="choose how nccl_allreduce, nccl_reduce_scatter and nccl_all_gather "
+                          "run each call from this tuner file (simcomm tune writes one); a "
+                          "call no row covers runs the ring on one channel")
     run.add_argument("--check-messages", action="store_true",
                      help="check every message's length and dtype against its receive, and "
                           "every send buffer against changes before its Wait (a header per "
@@ -176,6 +182,9 @@ def _bench_header(config: BenchConfig, options: RunOptions, backend: str, world_
         header.append("message check: not used by the native baseline"
                       if options.baseline == "native"
                       else "message check: on (a header per message, included in the times)")
+    if options.tuner_rows:
+        header.append(f"tuner file: {len(options.tuner_rows)} rows choose each call (a call no "
+                      "row covers runs the ring on one channel)")
     if config.params:
         header.append("params: " + " ".join(f"{k}={v}" for k, v in config.params)
                       + (" (not used by the native baseline)"
@@ -190,7 +199,22 @@ def _options_from_args(args: argparse.Namespace) -> RunOptions:
     except ValueError as error:
         raise ValueError(f"--slice-bytes: {error}") from None
     return RunOptions(args.warmup_iters, args.iters, args.baseline, args.timeout, slice_bytes,
-                      args.timing, args.check_messages, args.average, args.per_iteration)
+                      args.timing, args.check_messages, args.average, args.per_iteration,
+                      _tuner_rows(args))
+
+
+def _tuner_rows(args: argparse.Namespace) -> tuple[TunerRow, ...]:
+    """``--tuner-file``'s rows, read here so that a bad file fails before any process
+    starts; () without the flag."""
+    if args.tuner_file is None:
+        return ()
+    if args.algorithm not in TUNED_COLLECTIVES:
+        raise ValueError(f"--tuner-file decides how {', '.join(TUNED_COLLECTIVES)} run; "
+                         f"{args.algorithm} asks no tuner")
+    if args.baseline != "none":
+        raise ValueError("--tuner-file chooses how this project's collectives run; "
+                         "--baseline native times torch's own instead")
+    return tuple(read_tuner_file(args.tuner_file))
 
 
 def _add_timing_argument(parser: argparse._ActionsContainer) -> None:

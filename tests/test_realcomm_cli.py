@@ -146,6 +146,11 @@ def test_an_op_that_gloo_lacks_is_one_line_not_a_crash(capfd: pytest.CaptureFixt
     (["--algorithm", "ring_allreduce", "--nprocs", "2", "-T", "1e10"], "got 1e+10"),
     (["--algorithm", "ring_allreduce", "--nprocs", "100000"],
      "--nprocs must be at most 256 (each is a Python interpreter with torch"),
+    (["--algorithm", "ring_allreduce", "--nprocs", "2", "--tuner-file", "none.csv"],
+     "--tuner-file decides how nccl_allreduce, nccl_reduce_scatter, nccl_all_gather run; "
+     "ring_allreduce asks no tuner"),
+    (["--algorithm", "nccl_allreduce", "--nprocs", "2", "--tuner-file", "none.csv"],
+     "cannot read tuner file none.csv"),
     # Used to build 4e9 sizes first.
     (["--algorithm", "ring_allreduce", "--nprocs", "2", "-b", "4", "-e", "16G", "-i", "4"],
      "-b 4 -e 17179869184 -i 4 make 4,294,967,296 sizes, more than the 10,000 a run takes"),
@@ -419,3 +424,21 @@ def test_an_interrupt_ends_the_run_and_its_ranks_in_one_line_with_status_130(
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert (process.returncode, err) == (130, "realcomm: interrupted\n")
+
+
+def test_a_tuner_file_chooses_each_call_on_gloo_and_results_are_torchs(
+        tmp_path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tree on 2 channels, the ring under LL128 on 3, NVLS (plain sends here) and, past
+    # the last row, the ring on one channel: each run on its own channels' process groups.
+    _leave_launcher(monkeypatch)
+    path = tmp_path / "tuner.csv"
+    path.write_text("allreduce,0,1024,tree,ll,2,-1,-1\n"
+                    "allreduce,1025,16384,ring,ll128,3,-1,-1\n"
+                    "allreduce,16385,65536,nvls,simple,2,1,-1\n")
+    assert main(["bench", "--nprocs", "3", "--algorithm", "nccl_allreduce", "--tuner-file",
+                 str(path), "--sizes", "1000,8KiB,64KiB,1MiB", "--check", "-w", "1", "-n", "2",
+                 "--format", "csv"]) == 0
+    out = capfd.readouterr().out
+    rows = _csv_rows(out)
+    assert [row[0] for row in rows] == ["1000", "8192", "65536", "1048576"]
+    assert all(row[-1] == "0" for row in rows)
