@@ -419,6 +419,9 @@ def test_a_tuner_file_nccl_would_misread_or_cannot_be_read_is_refused_naming_it(
                           (tmp_path / "none.csv", "cannot read tuner file")):
         with pytest.raises(TunerFileError, match=message):
             read_tuner_file(path)
+    saved.write_text("# " + "x" * 254 + "\nallreduce,0,100,ring,ll,-1,-1,-1\n")
+    with pytest.raises(TunerFileError, match="line 1: 256 characters, more than the 255"):
+        read_tuner_file(saved)  # NCCL's plugin would read the rest as a line of its own
     for line, message in (("allreduce,0,100,ring,ll,-1,-1,-1,--1", "numPipeOps must be"),
                           (f"allreduce,0,{2**64},ring,ll,-1,-1,-1", "max_bytes must be at most")):
         saved.write_text(line + "\n")
@@ -434,6 +437,14 @@ tuner_rows = st.builds(
     st.integers(0, MAX_BYTES), st.integers(0, MAX_BYTES),
     st.sampled_from(["ring", "tree", "nvls", "nvls_tree"]), st.sampled_from(list(Protocol)),
     st.integers(1, 64), st.sampled_from([-1, 1, 2, 4]), st.sampled_from([-1, 1, 8]))
+
+
+def test_long_comments_are_wrapped_to_lines_nccls_plugin_reads_whole(tmp_path) -> None:
+    path = tmp_path / "tuner.csv"
+    rows = [TunerRow("allreduce", 0, MAX_BYTES, Choice("ring", Protocol.SIMPLE, 4))]
+    path.write_text(format_tuner_file(rows, ["topology " + "cluster,nodes=2," * 40]))
+    assert max(map(len, path.read_text().splitlines())) <= 255
+    assert read_tuner_file(path) == rows
 
 
 @given(rows=st.lists(tuner_rows, max_size=12), nodes=st.sampled_from([1, 2, 4]),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,6 +44,7 @@ ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree")
 PROTOCOLS = ("ll", "ll128", "simple")
 INTEGER = re.compile(r"[+-]?[0-9]+")  # what C's atoi and strtoull read whole
 MAX_BYTES = 2**64 - 1  # size_t's largest: the last range of a file covers every larger size
+MAX_LINE = 255  # characters the plugin's fgets reads as one line (MAX_LINE_LENGTH 256)
 
 
 class TunerFileError(ValueError):
@@ -112,8 +114,11 @@ def rows_for(collective: str, choices: Sequence[tuple[int, Choice]], nodes: int,
 
 
 def format_tuner_file(rows: Iterable[TunerRow], comments: Sequence[str] = ()) -> str:
-    """The file's text: ``comments`` as ``#`` lines, the columns, then the rows."""
-    lines = [f"# {line}" for line in comments] + ["# " + ",".join(COLUMNS)]
+    """The file's text: ``comments`` as ``#`` lines (wrapped to the plugin's line length),
+    the columns, then the rows."""
+    lines = [f"# {part}" for line in comments
+             for part in textwrap.wrap(line, MAX_LINE - 2, break_on_hyphens=False) or [""]]
+    lines.append("# " + ",".join(COLUMNS))
     return "\n".join(lines + [row.csv() for row in rows]) + "\n"
 
 
@@ -129,6 +134,9 @@ def read_tuner_file(path: str | os.PathLike[str]) -> list[TunerRow]:
                              "plugin reads as part of the first field (and then takes the "
                              "row for an allreduce): save it as plain CSV")
     for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_LINE:  # the plugin would read the rest as a line of its own
+            raise TunerFileError(f"{path}, line {number}: {len(line)} characters, more than "
+                                 f"the {MAX_LINE} NCCL's example plugin reads as one line")
         line = line.strip()
         if not line or line.startswith("#"):
             continue
