@@ -200,10 +200,9 @@ def check_preset(plugin: Plugin, preset: str, workdir: Path) -> list[str]:
         if simcomm_main(["tune", "--topology", preset, "--out", str(path)]):
             raise SystemExit(f"error: simcomm tune --topology {preset} failed")
     topology = load_named_topology(preset)
-    nodes = topology.size // (topology.local_size or topology.size)
     rows = len(read_tuner_file(path))
-    probes, differences, agree, sampled = compare(plugin, path, nodes, topology.size,
-                                                  ModelTuner(topology))
+    probes, differences, agree, sampled = compare(plugin, path, topology.node_count,
+                                                  topology.size, ModelTuner(topology))
     print(f"{preset:28} {rows:4} rows {probes:5} calls  plugin = reader: "
           f"{probes - len(differences):5}/{probes}  plugin = model: {agree}/{sampled}")
     return differences

@@ -273,8 +273,7 @@ def _tuner_from_args(args: argparse.Namespace, config: BenchConfig, topology: To
     if config.collective.name not in TUNED_COLLECTIVES:
         raise ValueError(f"--tuner-file decides how {', '.join(TUNED_COLLECTIVES)} run; "
                          f"{config.collective.name} asks no tuner")
-    nodes = topology.size // (topology.local_size or topology.size)
-    return TableTuner(read_tuner_file(args.tuner_file), nodes, topology.size,
+    return TableTuner(read_tuner_file(args.tuner_file), topology.node_count, topology.size,
                       nccl=ModelTuner(topology))
 
 
@@ -620,7 +619,7 @@ def tune(args: argparse.Namespace) -> int:
             raise ValueError(f"--collectives: {collective} is given twice")
     sizes = size_range(parse_size(args.minbytes), parse_size(args.maxbytes), 2)
     tuner = ModelTuner(topology)
-    nodes = topology.size // (topology.local_size or topology.size)
+    nodes = topology.node_count
     rows = [row for collective in collectives
             for row in rows_for(collective, [(n, tuner(collective, n)) for n in sizes],
                                 nodes, topology.size)]

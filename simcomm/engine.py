@@ -766,8 +766,8 @@ class _Simulation(Interpreter):
         if not op.fill_bytes or not self.reducing:
             return 0.0
         if op.one_way:  # no fill where no GPU shares a switch with another
-            per_node = self.topology.local_size or self.topology.size
-            return op.fill_bytes / self.topology.switch_rate(0) if per_node > 1 else 0.0
+            return (op.fill_bytes / self.topology.switch_rate(0)
+                    if self.topology.ranks_per_node > 1 else 0.0)
         if self.in_switch_pace is None:
             self.in_switch_pace = ModelTuner(self.topology).in_switch_pace()
         return op.fill_bytes / self.in_switch_pace

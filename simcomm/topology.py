@@ -263,6 +263,17 @@ class Topology:
         """Number of ranks."""
         return len(self.ranks)
 
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks on each node: ``local_size``, or every rank on one node without it (as
+        ``Comm.ranks_per_node``)."""
+        return self.local_size or len(self.ranks)
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes the ranks lie on."""
+        return len(self.ranks) // self.ranks_per_node
+
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Indices into ``links`` of the path from rank ``src`` to rank ``dst`` (cached)."""
         key = (src, dst)
@@ -275,7 +286,7 @@ class Topology:
         """Bytes per second of in-switch traffic (NVLS) on ``rank``'s way to the switch
         that reduces for its node: ``switch_efficiency`` of the slowest link on it."""
         self._check_rank("switch_rate", rank)
-        per_node = self.local_size or len(self.ranks)
+        per_node = self.ranks_per_node
         if per_node == 1:
             raise ValueError(f"topology {self.name!r}: rank {rank} shares its node with no "
                              "other rank, so no in-switch traffic leaves it")

@@ -103,7 +103,7 @@ class ModelTuner:
         self.topology = topology
         # Rings and trees alike run on NCCL's channels, or else one per rank of a node:
         # every NIC busy.
-        self.channels = topology.channels or topology.local_size or topology.size
+        self.channels = topology.channels or topology.ranks_per_node
         self._choices: dict[tuple[str, int], Choice] = {}
         self._shapes: dict[tuple[str, int, Protocol], _Shape] = {}
         self._trees_of_nodes: dict[int, tuple[int, float]] = {}
@@ -289,8 +289,7 @@ class ModelTuner:
         once per tree edge at its node, half the buffer on each tree) (cached)."""
         if self._pace is None:
             topology = self.topology
-            per_node = topology.local_size or topology.size
-            nodes = topology.size // per_node
+            per_node, nodes = topology.ranks_per_node, topology.node_count
             intra = cross = 0.0  # seconds per byte of the buffer through the switch, the NIC
             if per_node > 1:
                 intra = (per_node + 1) / per_node / topology.switch_rate(0)
@@ -319,8 +318,7 @@ class ModelTuner:
         then the buffer, a chunk more and the pipeline's fill at the in-switch pace
         (``in_switch_pace``)."""
         topology = self.topology
-        per_node = topology.local_size or topology.size
-        nodes = topology.size // per_node
+        per_node, nodes = topology.ranks_per_node, topology.node_count
         depth = self._node_trees(nodes)[0]
         chunk = nvls_tree_chunk_bytes(nbytes, channels, per_node, nodes)
         step = hop = fill = 0.0
