@@ -31,8 +31,7 @@ from algorithms.harness.bench import AVERAGES, BenchConfig, RowWriter, parse_siz
 from algorithms.harness.cli import (
     Parser, add_bench_arguments, configs_from_args, output_file, run_command,
 )
-from algorithms.harness.catalog import TUNED_COLLECTIVES
-from algorithms.harness.tuner_file import TunerRow, read_tuner_file
+from algorithms.harness.tuner_file import TunerRow, tuner_rows_for
 from algorithms.protocol import AlgorithmError
 from realcomm.bench import (
     BASELINES, DEFAULT_AVERAGE, ITERS, NATIVE_NAMES, TIMINGS, UNSUPPORTED_DTYPES, WARMUP_ITERS,
@@ -208,13 +207,10 @@ def _tuner_rows(args: argparse.Namespace) -> tuple[TunerRow, ...]:
     starts; () without the flag."""
     if args.tuner_file is None:
         return ()
-    if args.algorithm not in TUNED_COLLECTIVES:
-        raise ValueError(f"--tuner-file decides how {', '.join(TUNED_COLLECTIVES)} run; "
-                         f"{args.algorithm} asks no tuner")
     if args.baseline != "none":
         raise ValueError("--tuner-file chooses how this project's collectives run; "
                          "--baseline native times torch's own instead")
-    return tuple(read_tuner_file(args.tuner_file))
+    return tuple(tuner_rows_for(args.algorithm, args.tuner_file))
 
 
 def _add_timing_argument(parser: argparse._ActionsContainer) -> None:

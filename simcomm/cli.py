@@ -47,9 +47,9 @@ from algorithms.harness.cli import (
     NCCL_TESTS_REFUSED, Parser, Refused, UsageError, add_bench_arguments, configs_from_args,
     output_file, run_command,
 )
-from algorithms.harness.catalog import KINDS, TUNED_COLLECTIVES
+from algorithms.harness.catalog import KINDS
 from algorithms.harness.tuner_file import (
-    TableTuner, format_tuner_file, read_tuner_file, rows_for,
+    TableTuner, format_tuner_file, rows_for, tuner_rows_for,
 )
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
@@ -270,11 +270,8 @@ def _tuner_from_args(args: argparse.Namespace, config: BenchConfig, topology: To
     model's (``ModelTuner``); None without the flag."""
     if args.tuner_file is None:
         return None
-    if config.collective.name not in TUNED_COLLECTIVES:
-        raise ValueError(f"--tuner-file decides how {', '.join(TUNED_COLLECTIVES)} run; "
-                         f"{config.collective.name} asks no tuner")
-    return TableTuner(read_tuner_file(args.tuner_file), topology.node_count, topology.size,
-                      nccl=ModelTuner(topology))
+    return TableTuner(tuner_rows_for(config.collective.name, args.tuner_file),
+                      topology.node_count, topology.size, nccl=ModelTuner(topology))
 
 
 def _bench_samples(args: argparse.Namespace, configs: Sequence[BenchConfig], topology: Topology,

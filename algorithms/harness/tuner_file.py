@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from algorithms.harness.catalog import TUNED_COLLECTIVES
 from algorithms.ops import MAX_CHANNELS, Choice, Protocol, Tuner
 from algorithms.tuned import ALLREDUCE_ALGORITHMS, IN_SWITCH, ONE_WAY_ALGORITHMS
 
@@ -145,6 +146,15 @@ def read_tuner_file(path: str | os.PathLike[str]) -> list[TunerRow]:
         except ValueError as error:
             raise TunerFileError(f"{path}, line {number}: {error}") from None
     return rows
+
+
+def tuner_rows_for(algorithm: str, path: str | os.PathLike[str]) -> list[TunerRow]:
+    """The rows of the tuner file ``path`` for runs of ``algorithm`` (a collective's name),
+    which must be one that asks its tuner how to run (``TUNED_COLLECTIVES``)."""
+    if algorithm not in TUNED_COLLECTIVES:
+        raise ValueError(f"--tuner-file decides how {', '.join(TUNED_COLLECTIVES)} run; "
+                         f"{algorithm} asks no tuner")
+    return read_tuner_file(path)
 
 
 def _parse_row(line: str) -> TunerRow:
