@@ -117,6 +117,13 @@ B200_LL_BANDWIDTH = 2 * 141.0 * GB
 INTEL_HOSTS_LL_BANDWIDTH = {2: 39.0 * GB, 3: 20.4 * GB}  # nodes (3: three or more) -> rate
 # DGX A100 hosts have AMD EPYC CPUs (NVIDIA DGX A100 User Guide), as Oracle's A100 nodes do.
 AMD_HOSTS_LL_BANDWIDTH = {2: 22.5 * GB, 3: 19.0 * GB}
+# What NCCL's tuner takes a host to spend posting one network send, by CPU vendor
+# (getNetOverhead, same file and version; unchanged in v2.30.7). Across nodes it charges
+# every step of a ring within a node at least that, three times under Simple, so it keeps
+# the ring under LL128 to larger sizes on AMD hosts than the ring's time alone would: two
+# A100 nodes measure the ring under LL128's time up to 32 MiB (docs/fidelity.md).
+INTEL_HOSTS_NET_OVERHEAD = microseconds(1.0)
+AMD_HOSTS_NET_OVERHEAD = microseconds(2.0)
 # What one channel moves per second under LL128 at most, by GPU generation, on any number of
 # nodes: NCCL's perChMaxRingLL128Bws (same file and version; Blackwell's from v2.30.7, below)
 # is per channel of its topology search, and NCCL runs every search channel as two (below),
@@ -187,6 +194,7 @@ class NodeFigures:
     nvls: bool  # the NVSwitch reduces and multicasts
     compute_capability: int  # 80: Ampere, 90: Hopper, 100: Blackwell
     one_node_rings: tuple[int, float]  # rings NCCL's search finds on one node, their speed
+    net_overhead: float  # NCCL's getNetOverhead for the hosts' CPUs, seconds
 
     def ll_bandwidth(self, nodes: int) -> float:
         """NCCL's llMaxBw on ``nodes`` nodes."""
@@ -238,20 +246,22 @@ DGX_A100 = NodeFigures(A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM,
                        HDR_NIC_DATA, PCIE_GEN4_X16_DATA, A100_LL_BANDWIDTH,
                        AMD_HOSTS_LL_BANDWIDTH, A100_LL128_CHANNEL_BANDWIDTH,
                        A100_TREE_CHANNEL_BANDWIDTH, nvls=False,
-                       compute_capability=80, one_node_rings=A100_ONE_NODE_RINGS)
+                       compute_capability=80, one_node_rings=A100_ONE_NODE_RINGS,
+                       net_overhead=AMD_HOSTS_NET_OVERHEAD)
 DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
                        NDR_NIC_DATA, PCIE_GEN5_X16_DATA, H100_LL_BANDWIDTH,
                        INTEL_HOSTS_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH,
                        H100_TREE_CHANNEL_BANDWIDTH, nvls=True,
-                       compute_capability=90, one_node_rings=H100_ONE_NODE_RINGS)
+                       compute_capability=90, one_node_rings=H100_ONE_NODE_RINGS,
+                       net_overhead=INTEL_HOSTS_NET_OVERHEAD)
 DGX_H200 = replace(DGX_H100, hbm=H200_SXM_HBM)
 # DGX B200: eight ConnectX-7 cards for the cluster network, up to 400 Gb/s each (NVIDIA DGX
 # B200 User Guide), so NDR's figure as for DGX H100.
 DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        PCIE_GEN5_X16_DATA, B200_LL_BANDWIDTH, INTEL_HOSTS_LL_BANDWIDTH,
                        B200_LL128_CHANNEL_BANDWIDTH, B200_TREE_CHANNEL_BANDWIDTH, nvls=True,
-                       compute_capability=100,
-                       one_node_rings=B200_ONE_NODE_RINGS)
+                       compute_capability=100, one_node_rings=B200_ONE_NODE_RINGS,
+                       net_overhead=INTEL_HOSTS_NET_OVERHEAD)
 
 
 def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: int,
@@ -394,7 +404,8 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
     if nic_ports != 1:
         name += f",nic_ports={nic_ports}"
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
-                                  ll_bandwidth=node.ll_bandwidth(nodes)))
+                                  ll_bandwidth=node.ll_bandwidth(nodes),
+                                  net_overhead=node.net_overhead))
     topo = _on_channels(topo, channels, node, nodes, nics, nic_ports)
     return with_nvls(topo) if node.nvls else topo
 
@@ -459,7 +470,8 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
             f"oversubscription={ratio}")
     topo = with_injection(Topology(
         name, tuple(names), tuple(links), tuple(gpus), (dgx.hbm,) * len(gpus),
-        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes)))
+        GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes),
+        net_overhead=dgx.net_overhead))
     return with_nvls(_on_channels(topo, 0, dgx, nodes, GPUS_PER_DGX))
 
 
@@ -573,7 +585,8 @@ def describe(topology: Topology) -> str:
     """A readable summary: nodes, links grouped by class (bandwidth in GB/s per direction,
     latency in us, the LL and LL128 latencies where a link has them, and the gap per message
     where there is one), the launch latency per protocol unless it is zero, the channels of
-    rings and trees where the topology gives them, reduce bandwidths and ranks.
+    rings and trees where the topology gives them, NCCL's charge for posting a network send
+    where there is one, reduce bandwidths and ranks.
 
     Links fall in one class when their ends match after replacing digits by ``N`` and their
     bandwidth, latencies and gap agree; a class whose reverse class has as many links is shown
@@ -612,6 +625,9 @@ def describe(topology: Topology) -> str:
                      + (f" (tree: {_per_protocol(launch.tree)})" if launch.tree else ""))
     if topology.channels is not None:
         lines.append(f"channels of rings and trees: {topology.channels}")
+    if topology.net_overhead:
+        lines.append(f"NCCL's charge for posting a network send (weighed by the tuner): "
+                     f"{_us(topology.net_overhead)}")
     if topology.reducing_switches:
         lines.append(f"reduce and multicast in switch (NVLS): "
                      f"{' '.join(topology.reducing_switches[:4])}"

@@ -29,6 +29,8 @@ Two forms. The explicit form lists nodes and links::
     switch_latency = "4.9us"         # what each in-switch op waits there (default 0)
     channels = 16                    # how many channels NCCL runs rings and trees on
                                      # (optional; default: one per rank of a machine)
+    net_overhead = "1us"             # what NCCL's tuner takes a host to spend posting a
+                                     # network send (default 0; it weighs choices only)
 
     [defaults]                       # for every link and GPU that does not say otherwise
     bandwidth = "100GB/s"            # per direction
@@ -65,7 +67,7 @@ Instead of ``gpus`` and ``switches`` a file may list ``nodes`` (every node, in o
                                      # intra_latency_ll, inter_latency_tree, ...
     reduce_bandwidth = "3350GB/s"
     launch_latency = "8.4us"         # optional, as in the explicit form (ll_bandwidth,
-                                     # the switch keys and channels too)
+                                     # the switch keys, channels and net_overhead too)
 
 A link's LL or LL128 latency that no key gives is None: the link's ``latency`` (Simple's)
 applies. A link with no tree latency key has none (its tree messages take its other
@@ -114,7 +116,8 @@ _TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
 _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
               "tree_channel_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
-                 "reducing_switches", "switch_efficiency", "switch_latency", "channels")
+                 "reducing_switches", "switch_efficiency", "switch_latency", "channels",
+                 "net_overhead")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
@@ -313,6 +316,8 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
         machine["switch_latency"] = reader.latency(data["switch_latency"], "switch_latency")
     if "channels" in data:
         machine["channels"] = reader.count(data["channels"], "channels")
+    if "net_overhead" in data:
+        machine["net_overhead"] = reader.latency(data["net_overhead"], "net_overhead")
     return machine
 
 
@@ -614,6 +619,8 @@ def dump_topology(topology: Topology) -> str:
         doc["switch_latency"] = format_latency(topology.switch_latency)
     if topology.channels is not None:
         doc["channels"] = topology.channels
+    if topology.net_overhead:
+        doc["net_overhead"] = format_latency(topology.net_overhead)
     links = topology.links
     reduce_default = _most_common(topology.reduce_bandwidth)
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}

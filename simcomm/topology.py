@@ -157,7 +157,10 @@ class Topology:
     ``compute_speed[r]`` is how fast rank r computes against the nominal speed a ``Compute``
     op's seconds are given at (0.8: a GPU 20% slow takes 1.25x as long); empty means every
     rank at 1. ``channels`` is how many channels NCCL runs its rings and trees on here, the
-    count a tuner gives them (None: one per rank of a node).
+    count a tuner gives them (None: one per rank of a node). ``net_overhead`` is what NCCL's
+    tuner takes a host to spend posting each network send (its ``getNetOverhead``): when it
+    chooses how to run a call across nodes, it charges every step of a ring within a node
+    at least that, three times under Simple. Only a tuner weighs it; messages do not pay it.
     """
 
     name: str
@@ -177,6 +180,7 @@ class Topology:
     switch_latency: float = 0.0
     compute_speed: tuple[float, ...] = ()
     channels: int | None = None
+    net_overhead: float = 0.0
     # Routes found so far, and each node's links out and in: made anew for every instance
     # (``dataclasses.replace`` too), so a copy with other links never sees stale routes.
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
@@ -246,6 +250,7 @@ class Topology:
             raise ValueError(f"topology {self.name!r}: switch_efficiency must be in (0, 1], "
                              f"got {self.switch_efficiency!r}")
         _check_seconds(self.switch_latency, f"topology {self.name!r}: switch_latency")
+        _check_seconds(self.net_overhead, f"topology {self.name!r}: net_overhead")
         if self.compute_speed and len(self.compute_speed) != len(self.ranks):
             raise ValueError(f"topology {self.name!r}: compute_speed needs one factor per rank "
                              f"({len(self.ranks)}), got {len(self.compute_speed)}")

@@ -218,6 +218,8 @@ def test_describe_shows_link_classes_in_human_units():
     assert "gpuN <-> net              32 links       48 GB/s       7 us" in text
     assert "reduce bandwidth: 3350 GB/s on every rank" in text
     assert "ranks 0..15 on: gpu0 gpu1" in text
+    assert "posting a network send (weighed by the tuner): 1 us" in text  # Intel hosts
+    assert "network send" not in describe(make_preset("dgx-h100"))  # one node: no network
 
 
 def test_describe_shows_one_way_links_and_mixed_reduce_bandwidths():

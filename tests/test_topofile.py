@@ -488,7 +488,7 @@ def topologies(draw: st.DrawFn) -> Topology:
     launch = draw(st.just(NO_LAUNCH_LATENCY) | st.builds(PerProtocol, LATENCIES, LATENCIES,
                                                            LATENCIES, TREE_LATENCIES))
     return Topology(draw(NAMES), tuple(names), tuple(links), tuple(ranks), tuple(reduce),
-                    launch_latency=launch)
+                    launch_latency=launch, net_overhead=draw(LATENCIES))
 
 
 @given(topologies())
