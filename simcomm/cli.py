@@ -623,7 +623,7 @@ def tune(args: argparse.Namespace) -> int:
     text = format_tuner_file(rows, [
         f"simcomm tune --topology {args.topology}: {topology.size} ranks on {nodes} "
         f"node{'s' * (nodes != 1)}",
-        f"the fastest of the model's estimates at each power of two from {sizes[0]} to "
+        f"the model tuner's choice, as NCCL weighs it, at each power of two from {sizes[0]} to "
         f"{sizes[-1]} bytes",
         "for NCCL's example tuner plugin of NCCL 2.30.3 or newer (those of 2.27.5 to 2.29.7 "
         "crash on a matching row); see docs/tuner-files.md"])

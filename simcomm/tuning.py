@@ -3,8 +3,8 @@
 
 NCCL estimates each candidate as a base latency, plus a latency per step, plus the bytes
 over a bus bandwidth (NVIDIA/nccl, src/graph/tuning.cc). The estimates here take the same
-shape from this simulator's own figures, so that the choice is the one the message-level
-model would make:
+shape from this simulator's own figures, so that the choice is the one NCCL would make on
+such a machine:
 
 * A pipelined ring phase moves ``steps`` messages of ``chunk`` bytes around each of its
   rings at once. It takes the longer of its critical path (a chunk's ``steps`` hops in a
@@ -23,6 +23,13 @@ model would make:
   slice up and down a tree of the nodes over its NIC, at the slower of the two paces.
   Both first fill their pipeline of stages (``algorithms.nvls.pipeline_fill_bytes``).
 * Every call pays the topology's launch latency for the protocol once.
+
+The choice weighs a ring as NCCL's tuner does, not by its estimate: its steps' latencies
+one after the other plus its bytes on the busiest link (NCCL adds the two; the message
+level overlaps them in part), and across nodes each step within a node at least the host's
+time to post a network send (``Topology.net_overhead``), which NCCL charges and its
+messages do not take. So the pick is NCCL's, which is not always the candidate the
+estimates (and the message level) find fastest.
 
 They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
 the larger of the two terms ignores, so they come out a little low where the two are
@@ -86,6 +93,7 @@ class _Shape:
     latency: np.ndarray  # per ring or tree: seconds of latency along its way
     per_byte: np.ndarray  # per ring or tree: seconds per byte along its way
     busiest: float  # seconds per byte of a part on the busiest link or sender's pipe
+    posting: np.ndarray  # per ring: seconds NCCL's tuner adds once around it (_net_overhead)
 
 
 def _ring_edges(orders: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
@@ -180,8 +188,26 @@ class ModelTuner:
             estimates = {choice: self.estimate(collective, choice, nbytes)
                          for choice in (Choice(name, each, self.channels)
                                         for name in names for each in protocols)}
-        return call_channels(min(estimates, key=estimates.__getitem__), nbytes,
+        weighed = {choice: self._weigh(collective, choice, nbytes, seconds)
+                   for choice, seconds in estimates.items()}
+        return call_channels(min(weighed, key=weighed.__getitem__), nbytes,
                              self.topology.size)
+
+    def _weigh(self, collective: str, choice: Choice, nbytes: int, seconds: float) -> float:
+        """What NCCL's tuner makes of ``choice``, estimated at ``seconds`` (see the module
+        doc): a ring's launch, its steps' latencies with NCCL's charge for posting network
+        sends (``_net_overhead``), and its bytes on the busiest link, added up; any other
+        choice its estimate."""
+        p = self.topology.size
+        if choice.algorithm != "ring" or p == 1:
+            return seconds
+        steps = 2 * (p - 1) if collective == "allreduce" else p - 1
+        shape = self._shape("ring", Comm(0, p, self.topology.local_size), choice.channels,
+                            choice.protocol)
+        chunk = nbytes / (choice.channels * p)
+        return (self.topology.launch_latency.of(choice.protocol, "ring")
+                + float((shape.latency + shape.posting).max()) * steps / p
+                + steps * chunk * shape.busiest)
 
     def protocols(self) -> list[Protocol]:
         """The protocols NCCL weighs here unless told: all but LL128 where the topology
@@ -375,6 +401,8 @@ class ModelTuner:
                 src, dst, ways = _ring_edges(self._ring_orders(kind, comm, channels))
             routes = self.topology.route_matrix(src, dst)
             latency, per_byte = self._route_costs(routes, protocol, channels, kind)
+            posting = (self._net_overhead(latency, src, dst, protocol) if kind == "ring"
+                       else np.zeros_like(latency))
             links = self.topology.links
             bandwidth = np.array([link.bandwidth for link in links] + [np.inf])
             crossing = np.bincount(routes[routes >= 0], minlength=len(links) + 1)
@@ -390,8 +418,24 @@ class ModelTuner:
                        if kind == "tree" and protocol is Protocol.SIMPLE else 0.0)
             self._shapes[key] = _Shape(np.array([latency[way].sum() for way in ways]),
                                        np.array([per_byte[way].sum() for way in ways]),
-                                       max(on_link, on_pipe, on_peer))
+                                       max(on_link, on_pipe, on_peer),
+                                       np.array([posting[way].sum() for way in ways]))
         return self._shapes[key]
+
+    def _net_overhead(self, latency: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                      protocol: Protocol) -> np.ndarray:
+        """What NCCL's tuner adds to the ``latency`` of each ring hop ``src`` -> ``dst``
+        across nodes: it takes a step within a node as at least the host's time to post a
+        network send (``Topology.net_overhead``; three times that under Simple), "Inter-node
+        rings still have to launch nsteps * net overhead" (src/graph/tuning.cc, NVIDIA/nccl
+        v2.26.2). Messages do not take it: DeepOps' ring forced under LL on two DGX A100
+        nodes measures 38.6 us for 8 B, where NCCL's model gives 69 us with it."""
+        topology = self.topology
+        if topology.node_count == 1 or not topology.net_overhead:
+            return np.zeros_like(latency)
+        floor = topology.net_overhead * (3 if protocol is Protocol.SIMPLE else 1)
+        within = src // topology.ranks_per_node == dst // topology.ranks_per_node
+        return np.where(within, np.maximum(floor - latency, 0.0), 0.0)
 
     @staticmethod
     def _ring_orders(kind: str, comm: Comm, channels: int) -> np.ndarray:

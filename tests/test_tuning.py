@@ -82,6 +82,24 @@ def test_the_choice_is_within_a_few_percent_of_the_fastest_candidate(preset) -> 
         assert picked <= min(times) * 1.1, nbytes
 
 
+def test_nccls_charge_for_posting_network_sends_keeps_amd_hosts_on_ll128_longer() -> None:
+    # Across nodes NCCL charges a ring's every step within a node at least the host's time
+    # to post a network send, 2 us on the AMD hosts of DGX A100 (three times under
+    # Simple), so it keeps the ring under LL128 to 64 MiB on two such nodes, as their
+    # published times say (docs/fidelity.md); without the charge Simple takes 64 MiB.
+    topology = make_preset("cluster-a100:nodes=2")
+    assert topology.net_overhead == pytest.approx(2e-6)
+    uncharged = replace(topology, net_overhead=0.0)
+    assert ModelTuner(topology)("allreduce", 64 << 20) == Choice("ring", Protocol.LL128, 16)
+    assert ModelTuner(uncharged)("allreduce", 64 << 20) == Choice("ring", Protocol.SIMPLE, 16)
+    assert ModelTuner(topology)("allreduce", 256 << 20).protocol is Protocol.SIMPLE
+    # Only the choice pays it: a ring forced under LL takes as long either way.
+    x = [SizeOnly(2, np.float32)] * topology.size
+    times = {simulate(get_collective("nccl_ring_allreduce").function, x, each, record=False,
+                      channels=1, protocol="ll").time for each in (topology, uncharged)}
+    assert len(times) == 1
+
+
 def test_small_calls_choose_ll_and_large_ones_simple_across_nodes() -> None:
     tuner = ModelTuner(make_preset("cluster-h100:nodes=2"))
     assert tuner("allreduce", 8).protocol is Protocol.LL
