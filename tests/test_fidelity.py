@@ -54,6 +54,7 @@ def test_every_published_table_reads_with_its_source(path) -> None:
     ("a100-2nodes-ring-deepops",  # NCCL_ALGO=RING; nccl-tests of its age print no root
      ("cluster-a100:nodes=2", "nccl_allreduce", {"algorithm": "ring"})),
     ("b200-2nodes-default-lambdadstack", ("cluster-b200:nodes=2", "nccl_allreduce", {})),
+    ("a100-4nodes-default-deepops", ("cluster-a100:nodes=4", "nccl_allreduce", {})),
 ])
 def test_tables_map_to_the_model_their_headers_describe(name, model) -> None:
     assert fidelity.model_for(fidelity.read_table(PUBLISHED / f"{name}.csv")) == model
