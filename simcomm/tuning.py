@@ -201,13 +201,18 @@ class ModelTuner:
         p = self.topology.size
         if choice.algorithm != "ring" or p == 1:
             return seconds
-        steps = 2 * (p - 1) if collective == "allreduce" else p - 1
-        shape = self._shape("ring", Comm(0, p, self.topology.local_size), choice.channels,
-                            choice.protocol)
+        steps, shape = self._ring_steps(collective, choice)
         chunk = nbytes / (choice.channels * p)
         return (self.topology.launch_latency.of(choice.protocol, "ring")
                 + float((shape.latency + shape.posting).max()) * steps / p
                 + steps * chunk * shape.busiest)
+
+    def _ring_steps(self, collective: str, choice: Choice) -> tuple[int, _Shape]:
+        """How many steps the rings of ``choice`` take for ``collective``, and their shape."""
+        p = self.topology.size
+        steps = 2 * (p - 1) if collective == "allreduce" else p - 1
+        return steps, self._shape("ring", Comm(0, p, self.topology.local_size),
+                                  choice.channels, choice.protocol)
 
     def protocols(self) -> list[Protocol]:
         """The protocols NCCL weighs here unless told: all but LL128 where the topology
@@ -246,8 +251,7 @@ class ModelTuner:
             return launch
         comm = Comm(0, p, self.topology.local_size)
         if choice.algorithm == "ring":
-            steps = 2 * (p - 1) if collective == "allreduce" else p - 1
-            shape = self._shape("ring", comm, choice.channels, protocol)
+            steps, shape = self._ring_steps(collective, choice)
             return launch + self._rings(shape, p, steps, nbytes / (choice.channels * p))
         if choice.algorithm == "hierarchical" and collective == "allreduce":
             return launch + self._hierarchical(comm, nbytes, protocol)
