@@ -121,7 +121,7 @@ AMD_HOSTS_LL_BANDWIDTH = {2: 22.5 * GB, 3: 19.0 * GB}
 # (getNetOverhead, same file and version; unchanged in v2.30.7). Across nodes it charges
 # every step of a ring within a node at least that, three times under Simple, so it keeps
 # the ring under LL128 to larger sizes on AMD hosts than the ring's time alone would: two
-# A100 nodes measure the ring under LL128's time up to 32 MiB (docs/fidelity.md).
+# A100 nodes measure the ring under LL128's time up to 64 MiB (docs/fidelity.md).
 INTEL_HOSTS_NET_OVERHEAD = microseconds(1.0)
 AMD_HOSTS_NET_OVERHEAD = microseconds(2.0)
 # What one channel moves per second under LL128 at most, by GPU generation, on any number of
