@@ -487,7 +487,9 @@ class _Simulation(Interpreter):
             for h in branches:
                 h.tail = carrier.tail
                 self._cross(h, self.env.now)
-            self._cross(_Leg(carrier.nbytes, own, -1, None, carrier.tail), self.env.now)
+            # The writer's own copy belongs to the multicast, as its way up does.
+            self._cross(_Leg(carrier.nbytes, own, branches[0].message, None, carrier.tail),
+                        self.env.now)
 
         self._cross(_Leg(op.buf.nbytes, up, branches[0].message, fork), self.env.now)
         return tuple(branches)
@@ -510,7 +512,8 @@ class _Simulation(Interpreter):
         arrived = self._summed_up(group)
         for h in group.sends:
             self._cross(_Leg(h.nbytes, ups[h.task.rank], h.message, arrived), self.env.now)
-        self._cross(_Leg(send.nbytes, own, -1, arrived), self.env.now)
+        # The asker's own part of the sum goes up as part of the last send it met.
+        self._cross(_Leg(send.nbytes, own, send.message, arrived), self.env.now)
 
     def _summed_up(self, group: _Reduction) -> Callable[[_Leg], None]:
         def arrived(leg: _Leg) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -145,6 +146,21 @@ def test_every_collective_on_any_topology_gives_a_well_formed_trace(data, name, 
     assert sends == result.messages
     link_slices = sum(1 for e in trace["traceEvents"] if e.get("cat") == "link")
     assert link_slices == len(result.hops) >= result.messages
+
+
+@pytest.mark.parametrize("name", ["nvls_allreduce", "nvls_all_gather", "nvls_reduce_scatter"])
+def test_in_switch_traffic_shows_as_the_messages_it_belongs_to(name) -> None:
+    # Regression (found by the random profile): the switch's copy back to a multicast's
+    # writer, and an asker's own part of a sum, crossed links as no message's traffic, and
+    # the trace failed on them.
+    topology = replace(switch(2, 1e9, 0.0), reducing_switches=("switch",))
+    result = simulate(COLLECTIVES[name].function, size_only(2, 64), topology)
+    trace = chrome_trace(result)
+    check_format(trace)
+    sends = {e.message for e in result.trace if e.kind == "send"}
+    assert {hop.message for hop in result.hops} <= sends
+    link_slices = [e for e in trace["traceEvents"] if e.get("cat") == "link"]
+    assert len(link_slices) == len(result.hops) > result.messages
 
 
 def test_simulate_writes_the_trace_to_a_file_or_stream(tmp_path) -> None:
