@@ -165,6 +165,7 @@ Route = tuple[tuple[int, float, int, int], ...]  # per link: index, ticks per by
 class _Leg:
     """Traffic of an in-switch op that no one send owns: a multicast's way up to the switch,
     a contribution's way up, the sum's way down, or the switch's copy back to the sender.
+    Its hops are recorded under ``message``, a send of the same op, so traces draw them.
     ``then(leg)`` runs when its head has crossed its last link (cut-through: the tail may
     still be on the way, ``tail`` says when it arrives)."""
 
