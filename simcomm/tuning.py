@@ -428,9 +428,9 @@ class ModelTuner:
 
     def _net_overhead(self, latency: np.ndarray, src: np.ndarray, dst: np.ndarray,
                       protocol: Protocol) -> np.ndarray:
-        """What NCCL's tuner adds to the ``latency`` of each ring hop ``src`` -> ``dst``
-        across nodes: it takes a step within a node as at least the host's time to post a
-        network send (``Topology.net_overhead``; three times that under Simple), "Inter-node
+        """What NCCL's tuner adds to the ``latency`` of each hop ``src`` -> ``dst`` of a
+        ring that spans nodes: it takes a step within a node as at least the host's time to
+        post a network send (``Topology.net_overhead``; three times that under Simple), "Inter-node
         rings still have to launch nsteps * net overhead" (src/graph/tuning.cc, NVIDIA/nccl
         v2.26.2). Messages do not take it: DeepOps' ring forced under LL on two DGX A100
         nodes measures 38.6 us for 8 B, where NCCL's model gives 69 us with it."""

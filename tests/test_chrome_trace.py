@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import replace
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
