@@ -57,6 +57,8 @@ def test_every_published_table_reads_with_its_source(path) -> None:
     ("a100-4nodes-default-deepops", ("cluster-a100:nodes=4", "nccl_allreduce", {})),
     ("a100-2nodes-default-azureaksrdma", ("cluster-a100:nodes=2", "nccl_allreduce", {})),
     ("a100-1node-default-galvatron", ("dgx-a100", "nccl_allreduce", {})),
+    ("a100-1node-default-superbench", ("dgx-a100", "nccl_allreduce", {})),
+    ("a100-1node-default-gcm", ("dgx-a100", "nccl_allreduce", {})),
 ])
 def test_tables_map_to_the_model_their_headers_describe(name, model) -> None:
     assert fidelity.model_for(fidelity.read_table(PUBLISHED / f"{name}.csv")) == model
