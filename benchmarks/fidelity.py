@@ -11,6 +11,10 @@ reduce-scatter or all-gather below one element per rank) are not compared: NCCL 
 nothing and launches nothing, and the row times nccl-tests' own loop.
 
     python benchmarks/fidelity.py [--tables benchmarks/published] [--rows] [--torch] [--jobs N]
+    python benchmarks/fidelity.py --fit-host-floor
+
+The second fits the host's floor of ``-g`` runs (``simcomm.bench.host_floor_seconds``) to
+the published ``-g`` tables and prints it beside the constants in use.
 
 Tables are simulated side by side, one process each, ``--jobs`` at once (default: one per
 CPU); all of them take about six minutes on two cores.
@@ -38,7 +42,9 @@ import numpy as np
 from algorithms.harness.catalog import get_collective
 from algorithms.tuned import ONE_WAY_ALGORITHMS
 from simcomm import SizeOnly, simulate
-from simcomm.bench import host_bound_seconds
+from simcomm.bench import (
+    HOST_SECONDS_PER_CHANNEL, HOST_SECONDS_PER_GPU, HOST_SECONDS_PER_ITERATION,
+    host_bound_seconds, launched_channels)
 from simcomm.presets import make_preset
 
 LATENCY_BOUND = 1 << 20  # bytes: below, the latency-bound regime
@@ -128,14 +134,14 @@ def gpus_per_process(table: Table) -> int:
     return int(found.group(1)) if found else 1
 
 
-def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence[int],
-            gpus: int = 1) -> list[tuple[float, str]]:
-    """Simulated microseconds per size (float32 elements, as the tables' runs), each with
-    what ran (``ring/LL/8``), with ``gpus`` driven by each process."""
+def simulate_sizes(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence[int]
+                   ) -> list[tuple[float, int, str]]:
+    """Per size (float32 elements, as the tables' runs): the simulated microseconds on the
+    GPUs, the channels of the widest kernel launched, and what ran (``ring/LL/8``)."""
     topology = make_preset(preset)
     collective = get_collective(algorithm)
     p = topology.size
-    times = []
+    runs = []
     for size in sizes:
         count = size // 4
         if collective.kind in ("reducescatter", "allgather"):
@@ -143,8 +149,16 @@ def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence
         result = simulate(collective.function, [SizeOnly(count, np.float32)] * p, topology,
                           record=False, **params)
         ran = result.launches[0].describe() if result.launches else "nothing (empty)"
-        times.append((host_bound_seconds(result.time, gpus) * 1e6, ran))
-    return times
+        runs.append((result.time * 1e6, launched_channels(result.launches), ran))
+    return runs
+
+
+def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence[int],
+            gpus: int = 1) -> list[tuple[float, str]]:
+    """Simulated microseconds per size, each with what ran, with ``gpus`` driven by each
+    process (``simulate_sizes``, then the host's floor)."""
+    return [(host_bound_seconds(gpu_us / 1e6, gpus, channels) * 1e6, ran)
+            for gpu_us, channels, ran in simulate_sizes(preset, algorithm, params, sizes)]
 
 
 def predict_table(table: Table) -> list[tuple[float, str]]:
@@ -186,6 +200,60 @@ def summary(errors: Sequence[float]) -> str:
     return f"{statistics.median(errors):6.1%} {max(errors):6.1%}"
 
 
+FLOOR_FIT_LARGEST = 16 << 20  # bytes: above, every -g table's GPUs take longer than its host
+
+
+def host_floor_rows(table: Table) -> list[tuple[int, int, float, float]]:
+    """(GPUs a process drove, channels, simulated GPU microseconds, measured microseconds)
+    for each of ``table``'s rows up to ``FLOOR_FIT_LARGEST`` that moves data."""
+    preset, algorithm, params = model_for(table)
+    gpus = gpus_per_process(table)
+    rows = [(size, measured) for size, measured in zip(table.sizes, table.times_us)
+            if size <= FLOOR_FIT_LARGEST]
+    runs = simulate_sizes(preset, algorithm, params, [size for size, _ in rows])
+    return [(gpus, channels, gpu_us, measured)
+            for (_, measured), (gpu_us, channels, _) in zip(rows, runs) if gpu_us > 0]
+
+
+def fit_host_floor(rows: Sequence[tuple[int, int, float, float]]) -> tuple[float, float, float]:
+    """The host's time per iteration, per GPU and per channel of each GPU's kernel, in
+    microseconds (``simcomm.bench.host_floor_seconds``), fitted to the measured times of
+    the rows whose simulated GPU time falls below the floor: a robust least-squares fit
+    (soft L1 loss, 1 us scale), so that the tables' single outlier rows weigh little. Rows
+    are chosen by the floor itself, so the fit is repeated until they stay the same."""
+    from scipy.optimize import least_squares
+
+    gpus, channels, gpu_us, measured = (np.array(column, dtype=float) for column in zip(*rows))
+    design = np.column_stack([np.ones_like(gpus), gpus, gpus * channels])
+    constants = np.array([HOST_SECONDS_PER_ITERATION, HOST_SECONDS_PER_GPU,
+                          HOST_SECONDS_PER_CHANNEL]) * 1e6
+    chosen = None
+    for _ in range(20):
+        below = gpu_us < design @ constants
+        if chosen is not None and np.array_equal(below, chosen):
+            break
+        chosen = below
+        fit = least_squares(lambda c: design[below] @ c - measured[below], constants,
+                            loss="soft_l1", f_scale=1.0)
+        constants = fit.x
+    return tuple(float(c) for c in constants)
+
+
+def print_host_floor_fit(tables: Sequence[Table], jobs: int) -> None:
+    """Fit the host's floor to every modelled -g table and print it beside the one in use."""
+    driven = [t for t in tables if not isinstance(model_for(t), str) and gpus_per_process(t) > 1]
+    with ProcessPoolExecutor(jobs) as pool:
+        rows = [row for found in pool.map(host_floor_rows, driven) for row in found]
+    fitted = fit_host_floor(rows)
+    in_use = (HOST_SECONDS_PER_ITERATION * 1e6, HOST_SECONDS_PER_GPU * 1e6,
+              HOST_SECONDS_PER_CHANNEL * 1e6)
+    print(f"host floor fitted to {len(driven)} tables run with -g ({len(rows)} rows up to "
+          f"{FLOOR_FIT_LARGEST >> 20} MiB):")
+    for name, fit, used in zip(("per iteration", "per GPU", "per channel and GPU"),
+                               fitted, in_use):
+        print(f"  {name:<20} {fit:8.3f} us   (simcomm.bench: {used:g} us)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", default=str(Path(__file__).parent / "published"),
@@ -197,10 +265,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="tables simulated at once, each in its own process (default: "
                              "one per CPU)")
+    parser.add_argument("--fit-host-floor", action="store_true",
+                        help="fit the host's floor of -g runs (simcomm.bench's HOST_SECONDS_*) "
+                             "to the -g tables, print it and stop")
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     tables = [read_table(path) for path in sorted(Path(args.tables).glob("*.csv"))]
+    if args.fit_host_floor:
+        print_host_floor_fit(tables, args.jobs)
+        return
     models = [model_for(table) for table in tables]
     modelled = [(table, model) for table, model in zip(tables, models)
                 if not isinstance(model, str)]

@@ -36,7 +36,7 @@ from algorithms.harness.bench import (
     count_wrong, rank_time,
 )
 from algorithms.harness.catalog import UserAlgorithmError
-from algorithms.ops import Tuner
+from algorithms.ops import Launch, Tuner
 from simcomm.buffers import SizeOnly
 from simcomm.collective_level import choose_level
 from simcomm.engine import simulate
@@ -54,31 +54,45 @@ SLOWEST_RANK = 3
 # One host thread that drives several GPUs (nccl-tests' -g) launches their kernels one after
 # another. NVIDIA's NCCL developers put the higher small-size times of such runs down to CUDA's
 # launch overheads in a single process and advise one process per GPU (NVIDIA/nccl-tests
-# issue #333). A row of such a run takes at least the host's time per iteration, a fixed part
-# and a part per GPU launched. No source gives the two apart, so they are fitted (least
-# squares) to the flat small-size times of every published -g table we hold: about 22 us for
-# 4 B200s (#333); 16.8, 21.5 and 23.5 us for 4 H100s on a shared host and 22.2, 21.4 and
-# 23.3 us on the same host run alone (benchmarks/published, the ncclcollbench and
-# ncclcollbenchquiet tables); 34.8 to 35.4 us for 8 H100s (the togethernccl tables).
-HOST_SECONDS_PER_ITERATION = 8.1e-6
-HOST_SECONDS_PER_GPU = 3.35e-6
+# issue #333). A row of such a run takes at least the host's time per iteration: a fixed
+# part, a part per GPU launched and a part per channel of each GPU's kernel, since NCCL's host
+# code sets up every channel's work and proxy operation for each call (the loop over a
+# task's channels in scheduleCollTasksToPlan, NVIDIA/nccl v2.26.2 src/enqueue.cc), so the
+# time climbs as a call spreads over more channels. No source gives the three apart, so they
+# are fitted to the rows this floor sets in every published -g table we hold (the
+# ncclcollbench, ncclcollbenchquiet, togethernccl, galvatron and superbench tables in
+# benchmarks/published: 4 and 8 GPUs; `python benchmarks/fidelity.py --fit-host-floor`). That
+# gives 22.65 us for 4 GPUs on one channel; NVIDIA/nccl-tests#333 measures about 22 us for 4
+# B200s.
+HOST_SECONDS_PER_ITERATION = 9.87e-6
+HOST_SECONDS_PER_GPU = 3.155e-6
+HOST_SECONDS_PER_CHANNEL = 0.04e-6
 
 
-def host_floor_seconds(gpus_per_process: int) -> float:
+def host_floor_seconds(gpus_per_process: int, channels: int = 1) -> float:
     """The least time of one iteration whose host thread launches ``gpus_per_process``
-    GPUs' kernels (nccl-tests' ``-g``)."""
-    return HOST_SECONDS_PER_ITERATION + gpus_per_process * HOST_SECONDS_PER_GPU
+    GPUs' kernels (nccl-tests' ``-g``) of ``channels`` channels each."""
+    return (HOST_SECONDS_PER_ITERATION
+            + gpus_per_process * (HOST_SECONDS_PER_GPU + channels * HOST_SECONDS_PER_CHANNEL))
 
 
-def host_bound_seconds(collective_seconds: float, gpus_per_process: int) -> float:
+def host_bound_seconds(collective_seconds: float, gpus_per_process: int,
+                       channels: int = 1) -> float:
     """The time of one of nccl-tests' back-to-back iterations when one host thread drives
-    ``gpus_per_process`` GPUs: the host launches the next iteration's kernels while the GPUs
-    run this one, so the slower of the two sets the pace (``host_floor_seconds``). With one
-    GPU per process the host keeps ahead (a topology's launch latency is the GPU's side of a
-    launch), and an empty collective (nothing to move) launches nothing."""
+    ``gpus_per_process`` GPUs running kernels of ``channels`` channels: the host launches the
+    next iteration's kernels while the GPUs run this one, so the slower of the two sets the
+    pace (``host_floor_seconds``). With one GPU per process the host keeps ahead (a
+    topology's launch latency is the GPU's side of a launch), and an empty collective
+    (nothing to move) launches nothing."""
     if gpus_per_process == 1 or collective_seconds == 0:
         return collective_seconds
-    return max(collective_seconds, host_floor_seconds(gpus_per_process))
+    return max(collective_seconds, host_floor_seconds(gpus_per_process, channels))
+
+
+def launched_channels(launches: Iterable[Launch]) -> int:
+    """The channels of the widest kernel among ``launches`` (1 where the algorithm names
+    none): what the host sets up per GPU for one call."""
+    return max((launch.channels for launch in launches), default=1)
 
 
 def algorithm_config(spec: str, sizes: Iterable[int], dtype: str = "float",
@@ -171,7 +185,8 @@ def bench_size(config: BenchConfig, topology: Topology, size: int,
     algo = "; ".join(dict.fromkeys(launch.describe() for launch in result.launches))
     if level == "auto" and result.level == "collective":
         algo = f"{algo or 'N/A'} (collective level)"
-    seconds = host_bound_seconds(rank_time(result.finish_times, average), gpus_per_process)
+    seconds = host_bound_seconds(rank_time(result.finish_times, average), gpus_per_process,
+                                 launched_channels(result.launches))
     return bench_row(config.collective, p, size, config.dtype, config.op, config.root,
                      seconds, wrong, algo)
 

@@ -53,9 +53,9 @@ from algorithms.harness.tuner_file import (
 )
 from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
-    HOST_SECONDS_PER_GPU, HOST_SECONDS_PER_ITERATION, SLOWEST_RANK, algorithm_config,
-    bench_level, bench_rows, bench_size, host_floor_seconds, is_builder, load_named_topology,
-    message_progress, parse_latency, sample_seconds, sampled_row, traced_run,
+    HOST_SECONDS_PER_CHANNEL, HOST_SECONDS_PER_GPU, HOST_SECONDS_PER_ITERATION, SLOWEST_RANK,
+    algorithm_config, bench_level, bench_rows, bench_size, host_floor_seconds, is_builder,
+    load_named_topology, message_progress, parse_latency, sample_seconds, sampled_row, traced_run,
 )
 from simcomm.collective_level import (
     AUTO_MESSAGE_LIMIT, LEVELS, describe_level, expected_messages,
@@ -163,9 +163,10 @@ def _add_iteration_arguments(parser: argparse.ArgumentParser) -> None:
     runs.add_argument("-g", "--ngpus", type=int, default=1, metavar="N",
                       help="GPUs one process drives, as nccl-tests' -g: its host launches "
                            "their kernels in turn, so a row takes at least "
-                           f"{HOST_SECONDS_PER_ITERATION * 1e6:g} us + "
-                           f"{HOST_SECONDS_PER_GPU * 1e6:g} us x N (default 1: a process per "
-                           "GPU, the host keeps ahead)")
+                           f"{HOST_SECONDS_PER_ITERATION * 1e6:g} us + N x "
+                           f"({HOST_SECONDS_PER_GPU * 1e6:g} us + "
+                           f"{HOST_SECONDS_PER_CHANNEL * 1e6:g} us per channel of its kernel) "
+                           "(default 1: a process per GPU, the host keeps ahead)")
     runs.add_argument("-w", "--warmup_iters", type=int, metavar="N",
                       help="accepted, changes nothing (nccl-tests: warm-up runs)")
     runs.add_argument("-n", "--iters", type=int, metavar="N",
@@ -333,7 +334,9 @@ def _bench_header(args: argparse.Namespace, config: BenchConfig, topology: Topol
         header.append(f"time: {AVERAGES[args.average]} (-a {args.average})")
     if args.ngpus > 1:
         header.append(f"one process drives {args.ngpus} GPUs (-g): a row takes at least "
-                      f"the host's {host_floor_seconds(args.ngpus) * 1e6:g} us to launch them")
+                      f"the host's {host_floor_seconds(args.ngpus) * 1e6:g} us to launch them on "
+                      f"one channel each, {HOST_SECONDS_PER_CHANNEL * args.ngpus * 1e6:g} us "
+                      "more per further channel")
     return header
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from algorithms.harness.bench import CSV_HEADER
 from algorithms.harness.cli import run_command
-from simcomm.bench import host_floor_seconds
+from simcomm.bench import HOST_SECONDS_PER_CHANNEL, host_floor_seconds
 from simcomm.cli import main
 
 ALPHA = 5e-6  # seconds
@@ -303,8 +303,24 @@ def test_one_process_driving_several_gpus_takes_their_launches(
     assert float(driven_small["time_us"]) == pytest.approx(host_floor_seconds(8) * 1e6)
     assert driven_large == large
     assert main(["bench", *argv, "-g", "4"]) == 0
-    assert ("# one process drives 4 GPUs (-g): a row takes at least the host's 21.5 us to "
-            "launch them") in capsys.readouterr().out.splitlines()
+    assert ("# one process drives 4 GPUs (-g): a row takes at least the host's 22.65 us to "
+            "launch them on one channel each, 0.16 us more per further channel"
+            ) in capsys.readouterr().out.splitlines()
+
+
+def test_the_host_of_several_gpus_sets_up_every_channel_of_their_kernels(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # NCCL's host code prepares each channel of a call for each GPU, so a row spread over
+    # NCCL's 24 channels (1 MiB: ring/LL/24) takes the host longer than one on a single
+    # channel (8 B: ring/LL/1).
+    argv = ["--algorithm", "nccl_allreduce", "--topology", "dgx-h100", "--sizes", "8,1MiB"]
+    small, spread = bench(capsys, *argv)
+    driven_small, driven_spread = bench(capsys, *argv, "-g", "8")
+    assert float(spread["time_us"]) < host_floor_seconds(8, 24) * 1e6
+    assert float(driven_small["time_us"]) == pytest.approx(host_floor_seconds(8, 1) * 1e6)
+    assert float(driven_spread["time_us"]) == pytest.approx(host_floor_seconds(8, 24) * 1e6)
+    assert host_floor_seconds(8, 24) - host_floor_seconds(8, 1) == pytest.approx(
+        8 * 23 * HOST_SECONDS_PER_CHANNEL)
 
 
 def test_every_type_and_op_in_turn(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from simcomm.bench import (
+    HOST_SECONDS_PER_CHANNEL, HOST_SECONDS_PER_GPU, HOST_SECONDS_PER_ITERATION,
+)
+
 PUBLISHED = Path(__file__).parent.parent / "benchmarks" / "published"
 
 
@@ -78,3 +82,25 @@ def test_an_algorithm_the_simulator_lacks_is_named(tmp_path) -> None:
 def test_one_process_driving_eight_gpus_is_read_from_the_test_header() -> None:
     table = fidelity.read_table(PUBLISHED / "h100-1node-ring-reducescatter-togethernccl.csv")
     assert fidelity.gpus_per_process(table) == 8
+
+
+def test_the_host_floor_fit_recovers_a_floor_despite_an_outlier() -> None:
+    # Rows made from a known floor (us): 10 + 3 per GPU + 0.05 per channel and GPU; one row
+    # measured far above it, and one whose GPUs take longer than the floor (not its rows).
+    def floor(gpus: int, channels: int) -> float:
+        return 10.0 + gpus * (3.0 + 0.05 * channels)
+
+    rows = [(g, c, 5.0, floor(g, c)) for g in (4, 8) for c in range(1, 25)]
+    rows += [(8, 24, 5.0, 3 * floor(8, 24)), (4, 24, 80.0, 81.0)]
+    assert fidelity.fit_host_floor(rows) == pytest.approx((10.0, 3.0, 0.05), rel=0.05)
+
+
+def test_the_host_floor_in_use_is_the_fit_to_the_published_tables() -> None:
+    tables = [fidelity.read_table(path) for path in sorted(PUBLISHED.glob("*.csv"))]
+    driven = [t for t in tables
+              if not isinstance(fidelity.model_for(t), str) and fidelity.gpus_per_process(t) > 1]
+    rows = [row for table in driven for row in fidelity.host_floor_rows(table)]
+    per_iteration, per_gpu, per_channel = fidelity.fit_host_floor(rows)
+    assert HOST_SECONDS_PER_ITERATION * 1e6 == pytest.approx(per_iteration, abs=0.05)
+    assert HOST_SECONDS_PER_GPU * 1e6 == pytest.approx(per_gpu, abs=0.005)
+    assert HOST_SECONDS_PER_CHANNEL * 1e6 == pytest.approx(per_channel, abs=0.0005)
