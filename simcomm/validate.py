@@ -1,8 +1,8 @@
 """How well the simulator predicts measured runs: each measured row (``realcomm bench
---format csv``) beside the simulated time of the same collective and size on a topology
-(typically one that ``simcomm fit`` fitted), with the relative error, and a summary
-per collective: median, geometric mean and largest absolute error (as ASTRA-sim's
-validation pages report them).
+--format csv``, or nccl-tests' own printed output) beside the simulated time of the same
+collective and size on a topology (a preset, or one that ``simcomm fit`` fitted), with the
+relative error, and a summary per collective: median, geometric mean and largest absolute
+error (as ASTRA-sim's validation pages report them).
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from algorithms.harness.bench import BenchRow
 from simcomm.bench import algorithm_config, bench_size
+from simcomm.nccl_tests_output import looks_like_nccl_tests_output, parse_nccl_tests_output
 from simcomm.sweep_csv import Series, read_bench_rows
 from simcomm.topology import Topology
 from simcomm.units import format_bytes
@@ -38,19 +41,37 @@ class Comparison:
 
 def compare(topology: Topology, algorithm: str, path: str | os.PathLike[str]
             ) -> list[Comparison]:
-    """Simulate ``algorithm`` (``NAME`` or ``NAME:key=value``) at every size of the bench
-    CSV at ``path`` (``read_bench_rows``) on ``topology`` and pair each with its measured
-    time."""
+    """Simulate ``algorithm`` (``NAME`` or ``NAME:key=value``) at every size measured in the
+    file at ``path`` on ``topology`` and pair each with its measured time.
+
+    The file is a bench CSV (``read_bench_rows``) or what nccl-tests printed
+    (``simcomm.nccl_tests_output``): its ranks must be the topology's, a run whose
+    processes each drove several GPUs (``-g``) is simulated so, and rows of 0 B (nothing
+    moved or launched) are passed over."""
+    rows, gpus_per_process = read_measured(path, topology.size)
     out = []
-    for row in read_bench_rows(path):
+    for row in rows:
         if not row.time_us > 0:  # the error is relative to it
             raise ValueError(f"{path}: the row of size {row.size} has time_us "
                              f"{row.time_us}: a measured time must be > 0")
         config = algorithm_config(algorithm, [row.size], row.type)
-        simulated = bench_size(config, topology, row.size)
+        simulated = bench_size(config, topology, row.size, gpus_per_process=gpus_per_process)
         out.append(Comparison(algorithm, row.size, row.time_us, simulated.time_us,
                               row.busbw_GBps, simulated.busbw_GBps))
     return out
+
+
+def read_measured(path: str | os.PathLike[str], ranks: int) -> tuple[list[BenchRow], int]:
+    """The measured rows of a bench CSV or of nccl-tests' printed output, and the GPUs each
+    of its processes drove; nccl-tests' output must list ``ranks`` ranks, if it lists any."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    if not looks_like_nccl_tests_output(text):
+        return read_bench_rows(path), 1
+    run = parse_nccl_tests_output(text, str(path))
+    if run.ranks and run.ranks != ranks:
+        raise ValueError(f"{path}: nccl-tests ran on {run.ranks} ranks, the topology has "
+                         f"{ranks}")
+    return [row for row in run.rows if row.size > 0], run.gpus_per_process
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,72 @@
+"""Reading what nccl-tests prints (``all_reduce_perf`` and the others), so that a run on a
+real cluster can be put beside the simulator's prediction as it is (``simcomm validate``).
+
+Its result lines hold, in order: size, count, type, redop, root (absent before nccl-tests
+2.10), then the out-of-place time, algbw, busbw and error count, and the same four for the
+in-place run. The out-of-place columns are read, as nccl-tests' own summary reads them. The
+test header (``# nThread 1 nGpus 8 ...``) says how many GPUs each process drove, and the
+device list (``#  Rank  0 Group  0 Pid ...``) how many ranks ran.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from algorithms.harness.bench import DTYPES, BenchRow
+
+_GPUS_PER_PROCESS = re.compile(r"^#.*\bnGpus\s+(\d+)")
+_RANK = re.compile(r"^#\s+Rank\s+\d+\s")
+_OUT_OF_PLACE = 4  # time, algbw, busbw, error
+
+
+@dataclass(frozen=True)
+class NcclTestsRun:
+    """One printed run: its result rows (out-of-place), the GPUs each process drove (its
+    ``-g``) and the ranks it listed (0 where the output lists none)."""
+
+    rows: list[BenchRow]
+    gpus_per_process: int
+    ranks: int
+
+
+def looks_like_nccl_tests_output(text: str) -> bool:
+    """Whether ``text`` is nccl-tests' printed output (its test header is there)."""
+    return any(_GPUS_PER_PROCESS.match(line) for line in text.splitlines())
+
+
+def parse_nccl_tests_output(text: str, source: str = "input") -> NcclTestsRun:
+    """The rows, ``-g`` and ranks of nccl-tests' printed output; lines that are neither
+    comments nor results (log lines of NCCL or MPI mixed in) are passed over. Errors name
+    ``source`` and the line."""
+    rows, gpus, ranks = [], 1, 0
+    for number, line in enumerate(text.splitlines(), 1):
+        found = _GPUS_PER_PROCESS.match(line)
+        if found:
+            gpus = int(found.group(1))
+        elif _RANK.match(line):
+            ranks += 1
+        elif not line.startswith("#"):
+            row = _result_row(line.split(), f"{source}, line {number}")
+            if row is not None:
+                rows.append(row)
+    if not rows:
+        raise ValueError(f"{source}: no result lines of nccl-tests found")
+    return NcclTestsRun(rows, gpus, ranks)
+
+
+def _result_row(fields: list[str], where: str) -> BenchRow | None:
+    """A result line's out-of-place row, or None for a line that is not one."""
+    has_root = len(fields) == 5 + 2 * _OUT_OF_PLACE
+    if not (fields and fields[0].isdigit() and len(fields) in (
+            4 + 2 * _OUT_OF_PLACE, 5 + 2 * _OUT_OF_PLACE) and fields[2] in DTYPES):
+        return None
+    size, count, dtype, redop = int(fields[0]), int(fields[1]), fields[2], fields[3]
+    root = int(fields[4]) if has_root else -1
+    time, algbw, busbw, wrong = fields[4 + has_root:8 + has_root]
+    try:  # before nccl-tests 2.10 the error column is the largest error, not a count
+        return BenchRow(size, count, dtype, redop, root, float(time), float(algbw),
+                        float(busbw), int(wrong) if wrong.isdigit() else None)
+    except ValueError:
+        raise ValueError(f"{where}: a result line with a column that is not a number: "
+                         f"{' '.join(fields)!r}") from None

@@ -1,0 +1,72 @@
+"""nccl-tests' printed output read as it is (``simcomm.nccl_tests_output``), and ``simcomm
+validate`` on it: the -g of its run, its ranks, old and new column layouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simcomm.bench import host_floor_seconds
+from simcomm.cli import main
+from simcomm.nccl_tests_output import looks_like_nccl_tests_output, parse_nccl_tests_output
+
+DATA = Path(__file__).parent / "data"
+# The layout of nccl-tests 2.10 and later (a root column, #wrong counts), one process
+# driving 8 GPUs, with a log line of NCCL's among the results as real runs have them.
+CURRENT = (DATA / "all_reduce_perf_g8.out").read_text()
+# The layout before nccl-tests 2.10: no root column, the largest error instead of a count.
+OLD = (DATA / "all_reduce_perf_before_2.10.out").read_text()
+
+
+def test_both_layouts_read_with_the_runs_gpus_per_process_and_ranks() -> None:
+    current = parse_nccl_tests_output(CURRENT)
+    assert (current.gpus_per_process, current.ranks) == (8, 8)
+    assert [(r.size, r.count, r.type, r.redop, r.root, r.time_us, r.busbw_GBps, r.wrong)
+            for r in current.rows] == [(8, 2, "float", "sum", -1, 36.10, 0.0, 0),
+                                       (1048576, 262144, "float", "sum", -1, 44.00, 41.70, 0)]
+    old = parse_nccl_tests_output(OLD)
+    assert (old.gpus_per_process, old.ranks) == (1, 0)
+    assert [(r.size, r.time_us, r.wrong) for r in old.rows] == [(0, 10.0, None), (64, 20.5, None)]
+
+
+def test_only_output_with_nccl_tests_header_counts_as_it() -> None:
+    assert looks_like_nccl_tests_output(CURRENT) and looks_like_nccl_tests_output(OLD)
+    assert not looks_like_nccl_tests_output("size,count,type\n8,2,float\n")
+    with pytest.raises(ValueError, match="run.txt: no result lines of nccl-tests found"):
+        parse_nccl_tests_output(CURRENT.split("           8 ")[0], "run.txt")
+    broken = CURRENT.replace("    44.00   23.83", "    44.0x   23.83")
+    with pytest.raises(ValueError, match=r"run.txt, line 18: a result line with a column that "
+                                         r"is not a number"):
+        parse_nccl_tests_output(broken, "run.txt")
+
+
+def test_validate_takes_nccl_tests_output_as_run(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # The run drove 8 GPUs from one process: the simulated rows take the host's floor, on
+    # one channel at 8 B and on NCCL's 24 at 1 MiB (as simcomm bench -g 8 gives them).
+    path = tmp_path / "all_reduce_perf.out"
+    path.write_text(CURRENT)
+    assert main(["validate", "--topology", "dgx-h100", "--measured",
+                 f"nccl_allreduce={path}"]) == 0
+    rows = {line.split()[1]: line.split() for line in capsys.readouterr().out.splitlines()
+            if line.startswith("nccl_allreduce ")}
+    assert float(rows["8B"][3]) == pytest.approx(host_floor_seconds(8, 1) * 1e6, abs=0.05)
+    assert float(rows["1MiB"][3]) == pytest.approx(host_floor_seconds(8, 24) * 1e6, abs=0.05)
+    assert float(rows["1MiB"][2]) == 44.0
+
+
+def test_validate_refuses_a_run_on_other_ranks_and_passes_over_empty_rows(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "run.out"
+    path.write_text(CURRENT)
+    assert main(["validate", "--topology", "dgx-h100:gpus=4", "--measured",
+                 f"nccl_allreduce={path}"]) == 2
+    assert capsys.readouterr().err == (f"simcomm: error: {path}: nccl-tests ran on 8 ranks, "
+                                       "the topology has 4\n")
+    path.write_text(OLD)
+    assert main(["validate", "--topology", "dgx-h100", "--measured",
+                 f"nccl_allreduce={path}"]) == 0
+    sizes = [line.split()[1] for line in capsys.readouterr().out.splitlines()
+             if line.startswith("nccl_allreduce ") and line.split()[1].endswith("B")]
+    assert sizes == ["64B"]
