@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from algorithms.harness.bench import DTYPES
 from simcomm.bench import host_floor_seconds
 from simcomm.cli import main
 from simcomm.nccl_tests_output import looks_like_nccl_tests_output, parse_nccl_tests_output
@@ -70,3 +73,36 @@ def test_validate_refuses_a_run_on_other_ranks_and_passes_over_empty_rows(
     sizes = [line.split()[1] for line in capsys.readouterr().out.splitlines()
              if line.startswith("nccl_allreduce ") and line.split()[1].endswith("B")]
     assert sizes == ["64B"]
+
+
+def _nccl_tests_line(size: int, count: int, dtype: str, redop: str, root: int,
+                     runs: list[tuple[float, float, float, int]]) -> str:
+    # As nccl-tests' src/common.cu prints a result: the five columns, then per run (out of
+    # place, in place) the time in 7 characters, algbw, busbw and the wrong count.
+    line = f"{size:12d}  {count:12d}  {dtype:>8}  {redop:>6}  {root:6d}"
+    for time_us, algbw, busbw, wrong in runs:
+        time_text = (f"{time_us:7.0f}" if time_us >= 10000 else
+                     f"{time_us:7.1f}" if time_us >= 100 else f"{time_us:7.2f}")
+        line += f"  {time_text}  {algbw:6.2f}  {busbw:6.2f}  {wrong:5d}"
+    return line
+
+
+@given(rows=st.lists(st.tuples(
+    st.integers(0, 1 << 36), st.sampled_from(sorted(DTYPES)),
+    st.sampled_from(["sum", "prod", "max", "min", "avg", "none"]), st.integers(-1, 7),
+    st.lists(st.tuples(st.floats(0.01, 1e6), st.floats(0, 999), st.floats(0, 999),
+                       st.integers(0, 9999)), min_size=2, max_size=2)), min_size=1, max_size=8),
+       gpus=st.integers(1, 8))
+def test_every_printed_result_line_reads_back(rows, gpus) -> None:
+    text = [f"# nThread 1 nGpus {gpus} minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5"]
+    for size, dtype, redop, root, runs in rows:
+        text.append(_nccl_tests_line(size, size // 4, dtype, redop, root, runs))
+    run = parse_nccl_tests_output("\n".join(text))
+    assert run.gpus_per_process == gpus
+    assert [(r.size, r.count, r.type, r.redop, r.root, r.wrong) for r in run.rows] == [
+        (size, size // 4, dtype, redop, root, runs[0][3])
+        for size, dtype, redop, root, runs in rows]
+    for row, (*_, runs) in zip(run.rows, rows):
+        time_us, algbw, busbw, _ = runs[0]
+        assert row.time_us == pytest.approx(time_us, abs=0.5 if time_us >= 10000 else 0.05)
+        assert (row.algbw_GBps, row.busbw_GBps) == (round(algbw, 2), round(busbw, 2))
