@@ -44,16 +44,26 @@ def test_only_output_with_nccl_tests_header_counts_as_it() -> None:
         parse_nccl_tests_output(broken, "run.txt")
 
 
+def validate(tmp_path: Path, text: str, topology: str) -> int:
+    """``simcomm validate`` of nccl_allreduce on ``text`` saved as a file."""
+    path = tmp_path / "all_reduce_perf.out"
+    path.write_text(text)
+    return main(["validate", "--topology", topology, "--measured", f"nccl_allreduce={path}"])
+
+
+def size_rows(out: str) -> dict[str, list[str]]:
+    """validate's rows by size (its summary line left out)."""
+    lines = (line.split() for line in out.splitlines())
+    return {fields[1]: fields for fields in lines
+            if fields and fields[0] == "nccl_allreduce" and fields[1].endswith("B")}
+
+
 def test_validate_takes_nccl_tests_output_as_run(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # The run drove 8 GPUs from one process: the simulated rows take the host's floor, on
     # one channel at 8 B and on NCCL's 24 at 1 MiB (as simcomm bench -g 8 gives them).
-    path = tmp_path / "all_reduce_perf.out"
-    path.write_text(CURRENT)
-    assert main(["validate", "--topology", "dgx-h100", "--measured",
-                 f"nccl_allreduce={path}"]) == 0
-    rows = {line.split()[1]: line.split() for line in capsys.readouterr().out.splitlines()
-            if line.startswith("nccl_allreduce ")}
+    assert validate(tmp_path, CURRENT, "dgx-h100") == 0
+    rows = size_rows(capsys.readouterr().out)
     assert float(rows["8B"][3]) == pytest.approx(host_floor_seconds(8, 1) * 1e6, abs=0.05)
     assert float(rows["1MiB"][3]) == pytest.approx(host_floor_seconds(8, 24) * 1e6, abs=0.05)
     assert float(rows["1MiB"][2]) == 44.0
@@ -61,18 +71,11 @@ def test_validate_takes_nccl_tests_output_as_run(
 
 def test_validate_refuses_a_run_on_other_ranks_and_passes_over_empty_rows(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    path = tmp_path / "run.out"
-    path.write_text(CURRENT)
-    assert main(["validate", "--topology", "dgx-h100:gpus=4", "--measured",
-                 f"nccl_allreduce={path}"]) == 2
-    assert capsys.readouterr().err == (f"simcomm: error: {path}: nccl-tests ran on 8 ranks, "
-                                       "the topology has 4\n")
-    path.write_text(OLD)
-    assert main(["validate", "--topology", "dgx-h100", "--measured",
-                 f"nccl_allreduce={path}"]) == 0
-    sizes = [line.split()[1] for line in capsys.readouterr().out.splitlines()
-             if line.startswith("nccl_allreduce ") and line.split()[1].endswith("B")]
-    assert sizes == ["64B"]
+    assert validate(tmp_path, CURRENT, "dgx-h100:gpus=4") == 2
+    assert capsys.readouterr().err == (f"simcomm: error: {tmp_path / 'all_reduce_perf.out'}: "
+                                       "nccl-tests ran on 8 ranks, the topology has 4\n")
+    assert validate(tmp_path, OLD, "dgx-h100") == 0
+    assert list(size_rows(capsys.readouterr().out)) == ["64B"]
 
 
 def _nccl_tests_line(size: int, count: int, dtype: str, redop: str, root: int,
