@@ -4,8 +4,10 @@ real cluster can be put beside the simulator's prediction as it is (``simcomm va
 Its result lines hold, in order: size, count, type, redop, root (absent before nccl-tests
 2.10), then the out-of-place time, algbw, busbw and error count, and the same four for the
 in-place run. The out-of-place columns are read, as nccl-tests' own summary reads them. The
-test header (``# nThread 1 nGpus 8 ...``) says how many GPUs each process drove, and the
-device list (``#  Rank  0 Group  0 Pid ...``) how many ranks ran.
+test header (``# nThread 1 nGpus 8 ...``) says how many GPUs each process drove, the device
+list (``#  Rank  0 Group  0 Pid ...``) how many ranks ran, and since nccl-tests 2.13 a line
+names the test (``# Collective test starting: all_gather_perf``). Lines that mpirun tagged
+with their rank (``[1,0]<stdout>:``) are read without the tag.
 """
 
 from __future__ import annotations
@@ -17,42 +19,56 @@ from algorithms.harness.bench import DTYPES, BenchRow
 
 _GPUS_PER_PROCESS = re.compile(r"^#.*\bnGpus\s+(\d+)")
 _RANK = re.compile(r"^#\s+Rank\s+\d+\s")
+_PROGRAM = re.compile(r"^#\s*Collective test starting:\s*(\w+?)(?:_mpi)?\s*$")
+_MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
+# nccl-tests' programs -> the kinds of collective they time (algorithms.harness.catalog).
+PROGRAM_KINDS = {"all_reduce_perf": "allreduce", "all_gather_perf": "allgather",
+                 "reduce_scatter_perf": "reducescatter", "broadcast_perf": "broadcast",
+                 "reduce_perf": "reduce", "alltoall_perf": "alltoall"}
 _OUT_OF_PLACE = 4  # time, algbw, busbw, error
 
 
 @dataclass(frozen=True)
 class NcclTestsRun:
     """One printed run: its result rows (out-of-place), the GPUs each process drove (its
-    ``-g``) and the ranks it listed (0 where the output lists none)."""
+    ``-g``), the ranks it listed (0 where the output lists none) and the program that ran
+    (``all_reduce_perf``; "" where the output does not say)."""
 
     rows: list[BenchRow]
     gpus_per_process: int
     ranks: int
+    program: str = ""
 
 
 def looks_like_nccl_tests_output(text: str) -> bool:
     """Whether ``text`` is nccl-tests' printed output (its test header is there)."""
-    return any(_GPUS_PER_PROCESS.match(line) for line in text.splitlines())
+    return any(_GPUS_PER_PROCESS.match(_MPI_TAG.sub("", line)) for line in text.splitlines())
 
 
 def parse_nccl_tests_output(text: str, source: str = "input") -> NcclTestsRun:
-    """The rows, ``-g`` and ranks of nccl-tests' printed output; lines that are neither
-    comments nor results (log lines of NCCL or MPI mixed in) are passed over. Errors name
-    ``source`` and the line."""
-    rows, gpus, ranks = [], 1, 0
-    for number, line in enumerate(text.splitlines(), 1):
-        found = _GPUS_PER_PROCESS.match(line)
-        if found:
-            gpus = int(found.group(1))
+    """The rows, ``-g``, ranks and program of nccl-tests' printed output of one run; lines
+    that are neither comments nor results (log lines of NCCL or MPI mixed in) are passed
+    over. Errors name ``source`` and the line; output of several runs is refused, since
+    their rows would mix."""
+    rows, gpus, ranks, program, headers = [], 1, 0, "", 0
+    for number, tagged in enumerate(text.splitlines(), 1):
+        line = _MPI_TAG.sub("", tagged)
+        if found := _GPUS_PER_PROCESS.match(line):
+            gpus, headers = int(found.group(1)), headers + 1
+        elif found := _PROGRAM.match(line):
+            program = found.group(1)
         elif _RANK.match(line):
             ranks += 1
         elif not line.startswith("#"):
             row = _result_row(line.split(), f"{source}, line {number}")
             if row is not None:
                 rows.append(row)
+    if headers > 1:
+        raise ValueError(f"{source}: holds {headers} runs of nccl-tests (test headers); "
+                         "give each run a file of its own")
     if not rows:
         raise ValueError(f"{source}: no result lines of nccl-tests found")
-    return NcclTestsRun(rows, gpus, ranks)
+    return NcclTestsRun(rows, gpus, ranks, program)
 
 
 def _result_row(fields: list[str], where: str) -> BenchRow | None:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from algorithms.harness.bench import BenchRow
 from simcomm.bench import algorithm_config, bench_size
-from simcomm.nccl_tests_output import looks_like_nccl_tests_output, parse_nccl_tests_output
+from simcomm.nccl_tests_output import (
+    PROGRAM_KINDS, looks_like_nccl_tests_output, parse_nccl_tests_output,
+)
 from simcomm.sweep_csv import Series, read_bench_rows
 from simcomm.topology import Topology
 from simcomm.units import format_bytes
@@ -45,33 +47,38 @@ def compare(topology: Topology, algorithm: str, path: str | os.PathLike[str]
     file at ``path`` on ``topology`` and pair each with its measured time.
 
     The file is a bench CSV (``read_bench_rows``) or what nccl-tests printed
-    (``simcomm.nccl_tests_output``): its ranks must be the topology's, a run whose
-    processes each drove several GPUs (``-g``) is simulated so, and rows of 0 B (nothing
-    moved or launched) are passed over."""
-    rows, gpus_per_process = read_measured(path, topology.size)
+    (``simcomm.nccl_tests_output``): its ranks must be the topology's and its program a
+    collective of the algorithm's kind, a run whose processes each drove several GPUs
+    (``-g``) is simulated so, and rows of 0 B (nothing moved or launched) are passed over."""
+    rows, gpus_per_process, program = read_measured(path, topology.size)
     out = []
     for row in rows:
         if not row.time_us > 0:  # the error is relative to it
             raise ValueError(f"{path}: the row of size {row.size} has time_us "
                              f"{row.time_us}: a measured time must be > 0")
         config = algorithm_config(algorithm, [row.size], row.type)
+        if PROGRAM_KINDS.get(program, config.collective.kind) != config.collective.kind:
+            raise ValueError(f"{path}: nccl-tests ran {program}, and {algorithm} is "
+                             f"{config.collective.kind}")
         simulated = bench_size(config, topology, row.size, gpus_per_process=gpus_per_process)
         out.append(Comparison(algorithm, row.size, row.time_us, simulated.time_us,
                               row.busbw_GBps, simulated.busbw_GBps))
     return out
 
 
-def read_measured(path: str | os.PathLike[str], ranks: int) -> tuple[list[BenchRow], int]:
-    """The measured rows of a bench CSV or of nccl-tests' printed output, and the GPUs each
-    of its processes drove; nccl-tests' output must list ``ranks`` ranks, if it lists any."""
+def read_measured(path: str | os.PathLike[str], ranks: int
+                  ) -> tuple[list[BenchRow], int, str]:
+    """The measured rows of a bench CSV or of nccl-tests' printed output, the GPUs each of
+    its processes drove and the nccl-tests program that ran ("" if not known);
+    nccl-tests' output must list ``ranks`` ranks, if it lists any."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     if not looks_like_nccl_tests_output(text):
-        return read_bench_rows(path), 1
+        return read_bench_rows(path), 1, ""
     run = parse_nccl_tests_output(text, str(path))
     if run.ranks and run.ranks != ranks:
         raise ValueError(f"{path}: nccl-tests ran on {run.ranks} ranks, the topology has "
                          f"{ranks}")
-    return [row for row in run.rows if row.size > 0], run.gpus_per_process
+    return [row for row in run.rows if row.size > 0], run.gpus_per_process, run.program
 
 
 @dataclass(frozen=True)

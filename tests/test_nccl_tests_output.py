@@ -109,3 +109,19 @@ def test_every_printed_result_line_reads_back(rows, gpus) -> None:
         time_us, algbw, busbw, _ = runs[0]
         assert row.time_us == pytest.approx(time_us, abs=0.5 if time_us >= 10000 else 0.05)
         assert (row.algbw_GBps, row.busbw_GBps) == (round(algbw, 2), round(busbw, 2))
+
+
+def test_mpi_tags_the_program_and_one_run_a_file(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # mpirun --tag-output prefixes every line; nccl-tests 2.13 and later name the program.
+    tagged = "\n".join(f"[1,0]<stdout>:{line}" for line in
+                       ["# Collective test starting: all_gather_perf_mpi",
+                        *CURRENT.splitlines()])
+    run = parse_nccl_tests_output(tagged)
+    assert (run.program, run.gpus_per_process, run.ranks, len(run.rows)) == (
+        "all_gather_perf", 8, 8, 2)
+    assert validate(tmp_path, tagged, "dgx-h100") == 2
+    assert capsys.readouterr().err.endswith(
+        "nccl-tests ran all_gather_perf, and nccl_allreduce is allreduce\n")
+    with pytest.raises(ValueError, match="run.txt: holds 2 runs of nccl-tests"):
+        parse_nccl_tests_output(CURRENT + OLD, "run.txt")
