@@ -160,6 +160,22 @@ def test_the_tuner_picks_what_nccl_picked_on_a_few_gpus_of_an_h100_node(
             for k in range(28, 34)} == {(algorithm, Protocol.SIMPLE)}
 
 
+def test_the_tuner_picks_what_nccl_picked_on_an_h200_node_but_at_2_and_8_mib() -> None:
+    # NCCL 2.30.4's own picks (NCCL_DEBUG_SUBSYS=COLL,TUNING) on one node of 8 H200s from
+    # 4 B to 32 MiB (C-TC/multi-gpu-programming-models, repro/thesis_microbench/results/
+    # probe_autotuner_default-newcluster-20260504.log, commit ab13b66): the ring under LL
+    # on one channel up to 32 KiB, on 2, 4, 8, 16 and 24 from 64 KiB to 1 MiB, then NVLS on
+    # 16. At 2 and 8 MiB the model's own estimates put the ring 12% and 8% below NVLS
+    # (docs/fidelity.md), so it takes the ring there.
+    tuner = ModelTuner(make_preset("dgx-h200"))
+    nccl = {1 << k: Choice("ring", Protocol.LL, 1) for k in range(2, 16)}
+    nccl.update({1 << k: Choice("ring", Protocol.LL, min(1 << (k - 15), 24))
+                 for k in range(16, 21)})
+    nccl.update({1 << k: Choice("nvls", Protocol.SIMPLE, 16) for k in range(21, 26)})
+    differ = {size for size, choice in nccl.items() if tuner("allreduce", size) != choice}
+    assert differ == {2 << 20, 8 << 20}
+
+
 def test_without_nvlink_the_tuner_weighs_no_ll128_but_a_forced_one_runs() -> None:
     # NCCL enables LL128 by default only where a node's GPUs talk over NVLink: on PCIe
     # cards it picks LL or Simple, though LL128 would simulate faster at 1 to 4 MiB.
