@@ -17,7 +17,7 @@ The second fits the host's floor of ``-g`` runs (``simcomm.bench.host_floor_seco
 the published ``-g`` tables and prints it beside the constants in use.
 
 Tables are simulated side by side, one process each, ``--jobs`` at once (default: one per
-CPU); all of them take about six minutes on two cores.
+CPU); all of them take about ten minutes on two cores.
 
 With ``--torch`` it also prints the same summary for torch's own analytical estimate
 (``torch/_inductor/comm_analysis.py``, which mirrors NCCL's tuning model) on the same rows.
