@@ -26,7 +26,8 @@ from simcomm.units import format_bytes
 
 @dataclass(frozen=True)
 class Comparison:
-    """One size of one collective: measured and simulated microseconds."""
+    """One size of one collective: measured and simulated microseconds, and the GPUs each
+    process of the measured run drove (nccl-tests' ``-g``), which the simulation took."""
 
     algorithm: str
     size: int
@@ -34,6 +35,7 @@ class Comparison:
     simulated_us: float
     measured_busbw: float  # GB/s
     simulated_busbw: float
+    gpus_per_process: int = 1
 
     @property
     def error(self) -> float:
@@ -62,7 +64,7 @@ def compare(topology: Topology, algorithm: str, path: str | os.PathLike[str]
                              f"{config.collective.kind}")
         simulated = bench_size(config, topology, row.size, gpus_per_process=gpus_per_process)
         out.append(Comparison(algorithm, row.size, row.time_us, simulated.time_us,
-                              row.busbw_GBps, simulated.busbw_GBps))
+                              row.busbw_GBps, simulated.busbw_GBps, gpus_per_process))
     return out
 
 
@@ -116,6 +118,9 @@ def format_validation(comparisons: Sequence[Comparison]) -> str:
     for s in summarize(comparisons):
         lines.append(f"{s.algorithm:<{width}} {s.sizes:>6} {s.median:>13.1%} "
                      f"{s.geomean:>14.1%} {s.largest:>14.1%}")
+    for gpus in sorted({c.gpus_per_process for c in comparisons} - {1}):
+        lines.append(f"\n-g {gpus}: measured with one process driving {gpus} GPUs, simulated "
+                     "so (at least the host's time to launch their kernels, simcomm bench -g)")
     return "\n".join(lines)
 
 

@@ -63,7 +63,10 @@ def test_validate_takes_nccl_tests_output_as_run(
     # The run drove 8 GPUs from one process: the simulated rows take the host's floor, on
     # one channel at 8 B and on NCCL's 24 at 1 MiB (as simcomm bench -g 8 gives them).
     assert validate(tmp_path, CURRENT, "dgx-h100") == 0
-    rows = size_rows(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert out.endswith("-g 8: measured with one process driving 8 GPUs, simulated so (at "
+                        "least the host's time to launch their kernels, simcomm bench -g)\n")
+    rows = size_rows(out)
     assert float(rows["8B"][3]) == pytest.approx(host_floor_seconds(8, 1) * 1e6, abs=0.05)
     assert float(rows["1MiB"][3]) == pytest.approx(host_floor_seconds(8, 24) * 1e6, abs=0.05)
     assert float(rows["1MiB"][2]) == 44.0
@@ -75,7 +78,8 @@ def test_validate_refuses_a_run_on_other_ranks_and_passes_over_empty_rows(
     assert capsys.readouterr().err == (f"simcomm: error: {tmp_path / 'all_reduce_perf.out'}: "
                                        "nccl-tests ran on 8 ranks, the topology has 4\n")
     assert validate(tmp_path, OLD, "dgx-h100") == 0
-    assert list(size_rows(capsys.readouterr().out)) == ["64B"]
+    out = capsys.readouterr().out
+    assert list(size_rows(out)) == ["64B"] and "-g" not in out  # a process per GPU
 
 
 def _nccl_tests_line(size: int, count: int, dtype: str, redop: str, root: int,
