@@ -16,15 +16,12 @@ import re
 from dataclasses import dataclass
 
 from algorithms.harness.bench import DTYPES, BenchRow
+from algorithms.harness.catalog import KINDS
 
 _GPUS_PER_PROCESS = re.compile(r"^#.*\bnGpus\s+(\d+)")
 _RANK = re.compile(r"^#\s+Rank\s+\d+\s")
 _PROGRAM = re.compile(r"^#\s*Collective test starting:\s*(\w+?)(?:_mpi)?\s*$")
 _MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
-# nccl-tests' programs -> the kinds of collective they time (algorithms.harness.catalog).
-PROGRAM_KINDS = {"all_reduce_perf": "allreduce", "all_gather_perf": "allgather",
-                 "reduce_scatter_perf": "reducescatter", "broadcast_perf": "broadcast",
-                 "reduce_perf": "reduce", "alltoall_perf": "alltoall"}
 _OUT_OF_PLACE = 4  # time, algbw, busbw, error
 
 
@@ -38,6 +35,13 @@ class NcclTestsRun:
     gpus_per_process: int
     ranks: int
     program: str = ""
+
+
+def program_kind(program: str) -> str | None:
+    """The kind of collective an nccl-tests program times (``all_gather_perf``:
+    ``allgather``, a name of ``KINDS``), or None for one the catalog has no kind for."""
+    kind = program.removesuffix("_perf").replace("_", "")
+    return kind if kind in KINDS else None
 
 
 def looks_like_nccl_tests_output(text: str) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 from algorithms.harness.bench import BenchRow
 from simcomm.bench import algorithm_config, bench_size
 from simcomm.nccl_tests_output import (
-    PROGRAM_KINDS, looks_like_nccl_tests_output, parse_nccl_tests_output,
+    looks_like_nccl_tests_output, parse_nccl_tests_output, program_kind,
 )
 from simcomm.sweep_csv import Series, read_bench_rows
 from simcomm.topology import Topology
@@ -59,7 +59,7 @@ def compare(topology: Topology, algorithm: str, path: str | os.PathLike[str]
             raise ValueError(f"{path}: the row of size {row.size} has time_us "
                              f"{row.time_us}: a measured time must be > 0")
         config = algorithm_config(algorithm, [row.size], row.type)
-        if PROGRAM_KINDS.get(program, config.collective.kind) != config.collective.kind:
+        if program_kind(program) not in (None, config.collective.kind):
             raise ValueError(f"{path}: nccl-tests ran {program}, and {algorithm} is "
                              f"{config.collective.kind}")
         simulated = bench_size(config, topology, row.size, gpus_per_process=gpus_per_process)

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from algorithms.harness.bench import DTYPES
 from simcomm.bench import host_floor_seconds
 from simcomm.cli import main
-from simcomm.nccl_tests_output import looks_like_nccl_tests_output, parse_nccl_tests_output
+from simcomm.nccl_tests_output import (
+    looks_like_nccl_tests_output, parse_nccl_tests_output, program_kind,
+)
 
 DATA = Path(__file__).parent / "data"
 # The layout of nccl-tests 2.10 and later (a root column, #wrong counts), one process
@@ -127,5 +129,8 @@ def test_mpi_tags_the_program_and_one_run_a_file(
     assert validate(tmp_path, tagged, "dgx-h100") == 2
     assert capsys.readouterr().err.endswith(
         "nccl-tests ran all_gather_perf, and nccl_allreduce is allreduce\n")
+    # Programs of collectives the catalog has no kind for are not checked.
+    assert [program_kind(p) for p in ("reduce_scatter_perf", "alltoall_perf", "sendrecv_perf",
+                                      "")] == ["reducescatter", "alltoall", None, None]
     with pytest.raises(ValueError, match="run.txt: holds 2 runs of nccl-tests"):
         parse_nccl_tests_output(CURRENT + OLD, "run.txt")
