@@ -75,35 +75,43 @@ def versions() -> dict[str, Any]:
             "devices": torch.cuda.device_count(), "python": sys.version.split()[0]}
 
 
-def every_collective(sizes: list[int], device: torch.device) -> list[dict[str, Any]]:
-    """On every rank: each built-in collective, checked, then torch's own of each kind.
-    Rank 0 returns a row per size (or the error that stopped a collective)."""
-    options = RunOptions(warmup_iters=2, iters=5, timeout=GROUP_TIMEOUT)
-    native = RunOptions(warmup_iters=2, iters=5, timeout=GROUP_TIMEOUT, baseline="native")
+def every_collective(sizes: list[int], device: torch.device,
+                     timeout: float) -> list[dict[str, Any]]:
+    """On every rank: each built-in collective, checked, then torch's own of each kind, each
+    operation given up after ``timeout`` seconds. Rank 0 prints a line as each collective
+    ends (so a run cut short still shows how far it got) and returns a row per size (or the
+    error that stopped a collective)."""
+    options = RunOptions(warmup_iters=2, iters=5, timeout=timeout)
+    native = RunOptions(warmup_iters=2, iters=5, timeout=timeout, baseline="native")
     runs = [(name, options) for name in COLLECTIVES]
     runs += [(name, native) for name in NATIVE_OF_KIND]
     eager = cuda_loads_kernels_eagerly()
     results = []
     for name, run_options in runs:
         label = name if run_options.baseline == "none" else f"native {name}"
+        began = time.perf_counter()
         try:
             config = bench_config(name, sizes, check=True)
             rows = bench_rank(config, run_options, device)
         except Exception as error:  # noqa: BLE001 - each collective's outcome is a result
             results.append({"collective": label, "error": f"{type(error).__name__}: {error}"})
-            continue
-        results += [{"collective": label, "eager_kernel_loading": eager, **asdict(row)}
-                    for row in rows]
+            outcome = one_line(error)
+        else:
+            results += [{"collective": label, "eager_kernel_loading": eager, **asdict(row)}
+                        for row in rows]
+            outcome = f"{sum(row.wrong or 0 for row in rows)} wrong"
+        if dist.get_rank() == 0:
+            print(f"  ... {label}: {outcome}, {time.perf_counter() - began:.1f} s", flush=True)
     return results
 
 
-def run_group(backend: str, ranks: int, environment: dict[str, str],
-              sizes: list[int]) -> list[dict[str, Any]]:
+def run_group(backend: str, ranks: int, environment: dict[str, str], sizes: list[int],
+              timeout: float) -> list[dict[str, Any]]:
     """Item 1 for one process group, or the one error that kept it from running."""
     with set_environment(environment):
         try:
-            return spawn(every_collective, ranks, (sizes, torch.device("cuda")), device="cuda",
-                         backend=backend, timeout=GROUP_TIMEOUT)[0]
+            return spawn(every_collective, ranks, (sizes, torch.device("cuda"), timeout),
+                         device="cuda", backend=backend, timeout=timeout)[0]
         except Exception as error:  # noqa: BLE001 - a refused group is a result too
             return [{"error": one_line(error)}]
 
@@ -323,6 +331,8 @@ def main() -> int:
     parser.add_argument("--groups", default=",".join(g[0] for g in GROUPS),
                         help="which process groups items 1, 3 and 4 run in")
     parser.add_argument("--items", default="1,2,3,4", help="which items to run")
+    parser.add_argument("--timeout", type=float, default=GROUP_TIMEOUT,
+                        help="item 1: seconds after which a silent operation is given up")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("gpu_check.py: this machine has no CUDA device", file=sys.stderr)
@@ -335,7 +345,8 @@ def main() -> int:
         report["collectives"] = {}
         for name, backend, ranks, environment in groups:
             report["collectives"][name] = print_group(
-                name, lambda: run_group(backend, ranks, environment, parse_sizes(args.sizes)))
+                name, lambda: run_group(backend, ranks, environment, parse_sizes(args.sizes),
+                                  args.timeout))
             save(report, args.out)
     if "2" in items:
         report["reduction"] = reduction_rates([2**k for k in range(20, 31, 2)])
