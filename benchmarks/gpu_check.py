@@ -16,8 +16,9 @@ them, with the versions, to ``--out`` as JSON.
    tensors against torch's ``DistributedDataParallel`` and ``fully_shard``, and FSDP
    against one process training on the whole batch, at world sizes 1 and 2.
 4. What NCCL groups take to start: the whole spawn, the GPU memory in use, and a driver
-   with one channel and with nine, with CUDA loading every kernel when it starts (as
-   realcomm's launcher has it) and loading each at its first launch.
+   with one channel, with nine, and with nine of one CTA each (``nccl_channel_ctas=1``),
+   with CUDA loading every kernel when it starts (as realcomm's launcher has it) and
+   loading each at its first launch.
 
 ``--groups`` and ``--items`` pick what to run.
 
@@ -285,9 +286,11 @@ def training(backend: str, ranks: int, environment: dict[str, str]) -> dict[str,
 
 def driver_costs() -> dict[str, Any]:
     """Item 4 on every rank: the GPU memory in use on the device (all ranks' together, MiB)
-    once the process group has started, after a driver on the main channel alone and after
+    once the process group has started, after a driver on the main channel alone, after
     one with 8 more channels (on NCCL each connects every pair of ranks on each of its
-    channels), and the seconds each driver took to make. Rank 0's figures."""
+    channels) and after another with 8 more whose communicators have one CTA each
+    (``nccl_channel_ctas=1``), and the seconds each driver took to make. Rank 0's
+    figures."""
     def used_mib() -> float:
         torch.cuda.synchronize()
         dist.barrier()
@@ -297,9 +300,12 @@ def driver_costs() -> dict[str, Any]:
     figures: dict[str, Any] = {"eager_kernel_loading": cuda_loads_kernels_eagerly(),
                                "started_MiB": used_mib()}
     drivers = []
-    for name, channels in (("one_channel", ()), ("nine_channels", ring_channels(8))):
+    for name, channels, ctas in (("one_channel", (), None),
+                                 ("nine_channels", ring_channels(8), None),
+                                 ("nine_channels_one_cta", ring_channels(8), 1)):
         began = time.perf_counter()
-        drivers.append(Driver(channels=channels, timeout=GROUP_TIMEOUT))
+        drivers.append(Driver(channels=channels, timeout=GROUP_TIMEOUT,
+                              nccl_channel_ctas=ctas))
         figures[f"{name}_s"] = round(time.perf_counter() - began, 3)
         figures[f"{name}_MiB"] = used_mib()
     for driver in drivers:

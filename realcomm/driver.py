@@ -209,6 +209,18 @@ def divide_(buf: torch.Tensor, divisor: int) -> None:
         buf.div_(divisor, rounding_mode="trunc")
 
 
+def _nccl_options(max_ctas: int | None, timeout: datetime.timedelta) -> Any:
+    """Options for a new NCCL process group that caps its CTAs, or None: NCCL's defaults,
+    and the only options another backend takes. They carry the group's timeout too, which
+    torch otherwise warns would override theirs."""
+    if max_ctas is None or dist.get_backend() != "nccl":
+        return None
+    options = dist.ProcessGroupNCCL.Options()
+    options.config.max_ctas = max_ctas
+    options._timeout = timeout
+    return options
+
+
 class Driver:
     """Runs op generators for this process over a group of ranks.
 
@@ -224,14 +236,20 @@ class Driver:
     ``Comm.tuner``: what algorithms that choose per call (``algorithms.tuned.nccl_allreduce``)
     ask; it must answer every process alike. ``slow_per_op`` makes this rank a straggler on
     purpose: it sleeps that many seconds before each op of ``run``'s algorithm
-    (``algorithms.collectives.slowed``), for testing.
+    (``algorithms.collectives.slowed``), for testing. ``nccl_channel_ctas``, where the
+    backend is NCCL, is the most CTAs (NCCL's ``max_ctas``) NCCL gives the communicator of
+    each channel beyond the main one: NCCL sizes a communicator's buffers by its channel
+    count, so 1 takes far less GPU memory per channel (35 MiB against 1.2 GB per rank on
+    one H200, docs/gpu.md), one CTA a channel as the simulator models it; None leaves
+    NCCL's default. Other backends ignore
+    it.
     """
 
     def __init__(self, ranks: Sequence[int] | None = None, *, channels: Sequence[Hashable] = (),
                  timeout: float = DEFAULT_TIMEOUT,
                  slice_bytes: int = DEFAULT_SLICE_BYTES, check: bool = False,
                  local_size: int | None = None, tuner: Tuner | None = None,
-                 slow_per_op: float = 0.0) -> None:
+                 slow_per_op: float = 0.0, nccl_channel_ctas: int | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised: start the process "
                                "with realcomm.launch (init_from_env or spawn) first")
@@ -244,6 +262,11 @@ class Driver:
                 and slow_per_op >= 0):
             raise ValueError(f"slow_per_op must be finite seconds >= 0, got {slow_per_op!r}")
         self.slow_per_op = float(slow_per_op)
+        if nccl_channel_ctas is not None and not (
+                isinstance(nccl_channel_ctas, int) and not isinstance(nccl_channel_ctas, bool)
+                and nccl_channel_ctas >= 1):
+            raise ValueError(f"nccl_channel_ctas must be an int >= 1 (or None: NCCL's "
+                             f"default), got {nccl_channel_ctas!r}")
         if tuner is not None and not callable(tuner):
             raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got "
                             f"{tuner!r}")
@@ -260,9 +283,11 @@ class Driver:
         else:
             group = dist.new_group(sorted(ranks), timeout=pg_timeout)
         self._groups: dict[Hashable, Any] = {MAIN_CHANNEL: group}
+        options = _nccl_options(nccl_channel_ctas, pg_timeout)
         for name in names:
             self._groups[name] = dist.new_group(
-                None if ranks is None else sorted(ranks), timeout=pg_timeout)
+                None if ranks is None else sorted(ranks), timeout=pg_timeout,
+                pg_options=options)
         self.is_member = group != dist.GroupMember.NON_GROUP_MEMBER
         # Peers are ranks of the group; torch's point-to-point ops take global ranks.
         self._global_ranks: list[int] = []

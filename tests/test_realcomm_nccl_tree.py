@@ -37,8 +37,9 @@ def _run_on_nodes(data: list[np.ndarray]) -> list[tuple[list[float], list[float]
     """(ours, torch's) for every local size and case, on this rank."""
     rank, replies = dist.get_rank(), []
     for local_size in LOCAL_SIZES:
+        # One CTA per channel's communicator is NCCL's business; gloo runs the same.
         driver = Driver(range(RANKS), channels=tree_channels(2) + nvls_channels(2), timeout=60.0,
-                        local_size=local_size)
+                        local_size=local_size, nccl_channel_ctas=1)
         for algorithm, params in CASES:
             ours = driver.run(algorithm, torch.from_numpy(data[rank].copy()), **params)
             native = torch.from_numpy(data[rank].copy())
@@ -60,3 +61,19 @@ def test_trees_and_rails_on_nodes_match_torch_and_the_simulator() -> None:
                 ours, native = real[rank][index]
                 assert ours == native == simulated[rank].tolist(), (where, rank)
             index += 1
+
+
+def _refused_ctas() -> list[str]:
+    messages = []
+    for ctas in (0, 1.5, True):
+        try:
+            Driver(channels=["ring 0"], nccl_channel_ctas=ctas)
+        except ValueError as error:
+            messages.append(str(error))
+    return messages
+
+
+def test_a_cta_count_that_is_not_a_positive_int_is_refused() -> None:
+    for messages in spawn(_refused_ctas, 2, timeout=60):
+        assert messages == [f"nccl_channel_ctas must be an int >= 1 (or None: NCCL's default), "
+                            f"got {bad!r}" for bad in (0, 1.5, True)]
