@@ -241,8 +241,7 @@ class Driver:
     each channel beyond the main one: NCCL sizes a communicator's buffers by its channel
     count, so 1 takes far less GPU memory per channel (35 MiB against 1.2 GB per rank on
     one H200, docs/gpu.md), one CTA a channel as the simulator models it; None leaves
-    NCCL's default. Other backends ignore
-    it.
+    NCCL's default. Other backends ignore it.
     """
 
     def __init__(self, ranks: Sequence[int] | None = None, *, channels: Sequence[Hashable] = (),
