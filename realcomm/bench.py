@@ -121,11 +121,11 @@ def bench_rank(config: BenchConfig, options: RunOptions, device: torch.device,
     """Run the benchmark on this rank of the default process group; every rank returns
     the same rows, and rank 0 hands each to ``on_row`` as soon as it is done. A CUDA
     ``device`` without an index means this process's current one."""
-    config.check_world(dist.get_world_size())
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
     world = dist.get_world_size()
     local_size = launcher_local_size(world) or world
+    config.check_world(world, local_size)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     channels = channel_names(config.collective.name, dict(config.params), local_size)
     tuner = None
     if options.tuner_rows:

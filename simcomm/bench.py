@@ -216,7 +216,7 @@ def bench_rows(config: BenchConfig, topology: Topology, average: int = SLOWEST_R
                tuner: Tuner | None = None) -> Iterator[BenchRow]:
     """Every size of ``config`` on ``topology``, each row as soon as it is simulated (its
     root is checked against the ranks first)."""
-    config.check_world(topology.size)
+    config.check_world(topology.size, topology.local_size)
     for size in config.sizes:
         yield bench_size(config, topology, size, average, level, progress, variation,
                          gpus_per_process, tuner)

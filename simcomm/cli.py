@@ -222,7 +222,7 @@ def bench(args: argparse.Namespace) -> int:
         raise ValueError(f"-g/--ngpus {args.ngpus}: the GPUs one process drives must be a "
                          f"whole share of the {topology.size} ranks (>= 1, dividing them)")
     for config in configs:
-        config.check_world(topology.size)
+        config.check_world(topology.size, topology.local_size)
     average = SLOWEST_RANK if args.average is None else args.average
     variation = variation_from_args(args)
     level = bench_level(configs[0], topology, args.level)
@@ -576,7 +576,7 @@ def fit_spread_command(args: argparse.Namespace) -> int:
     measured = read_runs(args.runs)
     topology = _topology_from_args(args)
     config = algorithm_config(args.algorithm, sorted(measured))
-    config.check_world(topology.size)
+    config.check_world(topology.size, topology.local_size)
 
     def run(size: int, variation: Variation) -> float:
         return bench_size(config, topology, size, variation=variation).time_us / 1e6

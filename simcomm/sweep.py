@@ -105,9 +105,9 @@ class Grid:
                    for spec in self.algorithms}
         points = []
         for topology in self.topologies:
-            for ranks, bandwidth, latency in self._settings(topology):
+            for ranks, local_size, bandwidth, latency in self._settings(topology):
                 for spec, config in configs.items():
-                    config.check_world(ranks)
+                    config.check_world(ranks, local_size)
                     points += [Point(spec, topology, ranks, bandwidth, latency, size,
                                      self.dtype, self.reduce_bandwidth, self._kind(spec),
                                      self.level)
@@ -119,17 +119,20 @@ class Grid:
         built-in one has its own."""
         return self.kind if is_user_algorithm(split_algorithm_spec(spec)[0]) else None
 
-    def _settings(self, topology: str) -> list[tuple[int, str, str]]:
-        """(ranks, bandwidth, latency) of each topology made from ``topology``; each is
-        built once here, so a bad value is reported before any work starts."""
+    def _settings(self, topology: str) -> list[tuple[int, int | None, str, str]]:
+        """(ranks, ranks per node, bandwidth, latency) of each topology made from
+        ``topology``; each is built once here, so a bad value is reported before any work
+        starts."""
         if not is_builder(topology):
-            return [(load_named_topology(topology).size, "", "")]
+            named = load_named_topology(topology)
+            return [(named.size, named.local_size, "", "")]
         settings = []
         for ranks in self.ranks:
             for bandwidth in self.bandwidths:
                 for latency in self.latencies:
-                    build_topology(topology, ranks, bandwidth, latency, self.reduce_bandwidth)
-                    settings.append((ranks, bandwidth, latency))
+                    built = build_topology(topology, ranks, bandwidth, latency,
+                                           self.reduce_bandwidth)
+                    settings.append((ranks, built.local_size, bandwidth, latency))
         return settings
 
 

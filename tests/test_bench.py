@@ -28,6 +28,8 @@ from algorithms.harness.cli import (
 )
 from algorithms.reference import reduced
 from simcomm import fully_connected, simulate
+from simcomm.bench import bench_rows
+from simcomm.presets import make_preset
 
 # nccl-tests' bus bandwidth factors (doc/PERFORMANCE.md), written out independently of the
 # catalog so the two are checked against each other.
@@ -209,6 +211,17 @@ def test_the_argument_check_needs_no_memory_for_the_smallest_size() -> None:
         config_from_args(parse("--algorithm", "nccl_allreduce", "--param", "protocol=ll256",
                                "--sizes", "64GiB")).check_world(16)
 
+
+def test_the_argument_check_sees_the_ranks_per_node() -> None:
+    # A forced protocol on 10 nodes of 8: NCCL's rings run one channel per rank of a node.
+    # The check once saw all 80 ranks on one node, asked for 80 channels and refused them.
+    config = config_from_args(parse("--algorithm", "nccl_all_gather", "--param",
+                                    "protocol=simple", "--sizes", "32MiB"))
+    config.check_world(80, local_size=8)
+    with pytest.raises(ValueError, match="channels must be an int from 1 to 64"):
+        config.check_world(80)  # one node of 80
+    row, = bench_rows(config, make_preset("cluster-h100:nodes=10"), level="collective")
+    assert row.algo == "ring/SIMPLE/16"
 
 # -- rows -------------------------------------------------------------------------------
 

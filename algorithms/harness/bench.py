@@ -10,8 +10,8 @@ Public API:
   -> BenchConfig``: checks a benchmark's settings and types them; raises ``ValueError``
   naming the bad flag and value. ``BenchConfig`` pickles, so a transport can hand it to
   the processes it starts.
-  ``BenchConfig.check_world(world_size)`` checks what needs the world size (root ranges,
-  parameter values a built-in algorithm refuses);
+  ``BenchConfig.check_world(world_size, local_size)`` checks what needs the world's shape
+  (root ranges, parameter values a built-in algorithm refuses);
   ``BenchConfig.algorithm_kwargs()`` is what to pass to the algorithm besides ``comm`` and
   the buffer.
 * ``buffer_count(collective, world_size, size, itemsize)``: per-rank input length.
@@ -192,12 +192,13 @@ class BenchConfig:
             kwargs["root"] = self.root
         return kwargs
 
-    def check_world(self, world_size: int) -> None:
+    def check_world(self, world_size: int, local_size: int | None = None) -> None:
         """Raise ``ValueError`` if a root (``--root`` or ``--param root=``) is not a rank, or
         if a built-in algorithm refuses the ``--param`` values (``protocol=ll256``), before
         any rank runs: rank 0's schedule is started on a zero buffer of the smallest size
         (a view of one element, so that no size needs its memory), with no tuner, up to its
-        first op."""
+        first op, in a world of ``local_size`` ranks per node (``Comm.local_size``; ``None``:
+        one node), as the run will have it."""
         for flag, root in (("--root", self.root), ("--param root", dict(self.params).get("root"))):
             if root is not None and not 0 <= root < world_size:
                 raise ValueError(f"{flag} {root} is not a rank of a world of {world_size} "
@@ -205,7 +206,7 @@ class BenchConfig:
         if self.params and not is_user_algorithm(self.collective.name):
             count = buffer_count(self.collective, world_size, self.sizes[0], self.dtype.itemsize)
             zeros = np.broadcast_to(np.zeros(1, self.dtype), (count,))
-            schedule = self.collective.function(Comm(0, world_size), zeros,
+            schedule = self.collective.function(Comm(0, world_size, local_size), zeros,
                                                 **self.algorithm_kwargs())
             try:
                 next(schedule)  # an algorithm checks its arguments before its first op
