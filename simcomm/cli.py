@@ -61,6 +61,7 @@ from simcomm.collective_level import (
     AUTO_MESSAGE_LIMIT, LEVELS, describe_level, expected_messages,
 )
 from simcomm.calibration import load_calibration
+from simcomm.cluster_fit import fit_cluster, format_cluster_fit
 from simcomm.crossover import crossovers, format_crossovers
 from simcomm.executors import default_jobs
 from simcomm.presets import describe, list_presets
@@ -495,6 +496,12 @@ def _add_validate_parser(commands: argparse._SubParsersAction) -> None:
                              "= (so FILE's name cannot hold one); repeatable")
     parser.add_argument("--plot", metavar="FILE.png", type=output_file,
                         help="draw simulated and measured time against size")
+    parser.add_argument("--fit", metavar="FILE.toml", type=output_file,
+                        help="also fit the topology to the measured rows (one --measured): "
+                             "what the cluster adds to every collective, from the rows below "
+                             "64 KiB, and the share of its links' bandwidth between nodes it "
+                             "reaches, from the rows from 256 MiB; print the comparison on "
+                             "the fitted topology and write it here")
     parser.set_defaults(run=validate)
 
 
@@ -504,6 +511,9 @@ def validate(args: argparse.Namespace) -> int:
         raise ValueError(f"--topology {args.topology} is a builder: validate takes a preset "
                          "or a .toml file")
     topology = load_named_topology(args.topology)
+    if args.fit and len(args.measured) != 1:
+        raise ValueError(f"--fit fits one measured collective; got {len(args.measured)} "
+                         "--measured")
     comparisons = []
     for item in args.measured:
         # At the last =: the algorithm's parameters (NAME:key=value) have their own.
@@ -512,6 +522,13 @@ def validate(args: argparse.Namespace) -> int:
             raise ValueError(f"--measured {item!r}: write ALGORITHM=FILE")
         comparisons += compare(topology, algorithm.strip(), path.strip())
     print(format_validation(comparisons))
+    if args.fit:
+        fitted = fit_cluster(topology, algorithm.strip(), path.strip(), level="auto")
+        print(f"\n{format_cluster_fit(fitted)}\n")
+        comparisons = compare(fitted.topology, algorithm.strip(), path.strip())
+        print(format_validation(comparisons))
+        Path(args.fit).write_text(dump_topology(fitted.topology), encoding="utf-8")
+        print(f"wrote {args.fit} (simcomm bench --topology {args.fit})")
     if args.plot:
         from simcomm.plots import save_png, sweep_figure  # needs matplotlib
 

@@ -53,6 +53,15 @@ def compare(topology: Topology, algorithm: str, path: str | os.PathLike[str]
     collective of the algorithm's kind, a run whose processes each drove several GPUs
     (``-g``) is simulated so, and rows of 0 B (nothing moved or launched) are passed over."""
     rows, gpus_per_process, program = read_measured(path, topology.size)
+    return compare_rows(topology, algorithm, rows, gpus_per_process, program, path)
+
+
+def compare_rows(topology: Topology, algorithm: str, rows: Sequence[BenchRow],
+                 gpus_per_process: int = 1, program: str = "",
+                 path: str | os.PathLike[str] = "<rows>", level: str = "message"
+                 ) -> list[Comparison]:
+    """``compare`` on rows already read (``read_measured``), simulated at ``level`` (as
+    ``simulate``'s: message, collective or auto); ``path`` only names them in errors."""
     out = []
     for row in rows:
         if not row.time_us > 0:  # the error is relative to it
@@ -62,7 +71,8 @@ def compare(topology: Topology, algorithm: str, path: str | os.PathLike[str]
         if program_kind(program) not in (None, config.collective.kind):
             raise ValueError(f"{path}: nccl-tests ran {program}, and {algorithm} is "
                              f"{config.collective.kind}")
-        simulated = bench_size(config, topology, row.size, gpus_per_process=gpus_per_process)
+        simulated = bench_size(config, topology, row.size, level=level,
+                               gpus_per_process=gpus_per_process)
         out.append(Comparison(algorithm, row.size, row.time_us, simulated.time_us,
                               row.busbw_GBps, simulated.busbw_GBps, gpus_per_process))
     return out
