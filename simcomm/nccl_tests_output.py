@@ -8,10 +8,16 @@ test header (``# nThread 1 nGpus 8 ...``) says how many GPUs each process drove,
 list (``#  Rank  0 Group  0 Pid ...``) how many ranks ran, and since nccl-tests 2.13 a line
 names the test (``# Collective test starting: all_gather_perf``). Lines that mpirun tagged
 with their rank (``[1,0]<stdout>:``) are read without the tag.
+
+The published tables of ``benchmarks/published/`` hold the same out-of-place columns as a
+CSV (``PUBLISHED_HEADER``) after ``# key: value`` lines that say where they come from;
+``parse_published_table`` reads them with their program (``collective:``), ranks
+(``ranks:``) and ``-g`` (the ``test header:``'s ``nGpus``).
 """
 
 from __future__ import annotations
 
+import csv
 import re
 from dataclasses import dataclass
 
@@ -23,6 +29,8 @@ _RANK = re.compile(r"^#\s+Rank\s+\d+\s")
 _PROGRAM = re.compile(r"^#\s*Collective test starting:\s*(\w+?)(?:_mpi)?\s*$")
 _MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
 _OUT_OF_PLACE = 4  # time, algbw, busbw, error
+PUBLISHED_HEADER = "size,count,type,redop,root,time_us,algbw_GBps,busbw_GBps"
+_PUBLISHED_RANKS = re.compile(r"\branks:\s*(\d+)")
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,49 @@ def parse_nccl_tests_output(text: str, source: str = "input") -> NcclTestsRun:
     if not rows:
         raise ValueError(f"{source}: no result lines of nccl-tests found")
     return NcclTestsRun(rows, gpus, ranks, program)
+
+
+def looks_like_published_table(text: str) -> bool:
+    """Whether ``text`` is a published table: its first line that is not a ``#`` note is
+    ``PUBLISHED_HEADER``."""
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            return line.strip() == PUBLISHED_HEADER
+    return False
+
+
+def parse_published_table(text: str, source: str = "input") -> NcclTestsRun:
+    """The rows, ``-g``, ranks and program of a published table (see the module doc); an
+    empty root (tables of nccl-tests before 2.10) is -1. Errors name ``source`` and the
+    line."""
+    notes: dict[str, str] = {}
+    data: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("#"):
+            key, _, value = line[1:].partition(":")
+            notes.setdefault(key.strip(), value.strip())
+        elif line.strip():
+            data.append((number, line))
+    rows = []
+    for number, line in data[1:]:
+        fields = [field.strip() for field in next(csv.reader([line]))]
+        if len(fields) != 8:
+            raise ValueError(f"{source}, line {number}: expected the 8 columns of "
+                             f"{PUBLISHED_HEADER}, got {line!r}")
+        size, count, dtype, redop, root, time, algbw, busbw = fields
+        try:
+            rows.append(BenchRow(int(size), int(count), dtype, redop, int(root or -1),
+                                 float(time), float(algbw), float(busbw), None))
+        except ValueError:
+            raise ValueError(f"{source}, line {number}: a column that is not a number: "
+                             f"{line!r}") from None
+    if not rows:
+        raise ValueError(f"{source}: a published table without rows")
+    gpus = _GPUS_PER_PROCESS.match("# " + notes.get("test header", ""))
+    ranks = _PUBLISHED_RANKS.search(notes.get("gpus_per_node", ""))
+    return NcclTestsRun(rows, int(gpus.group(1)) if gpus else 1,
+                        int(ranks.group(1)) if ranks else 0,
+                        notes.get("collective", "").split(" ")[0])
 
 
 def _result_row(fields: list[str], where: str) -> BenchRow | None:

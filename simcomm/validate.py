@@ -17,7 +17,8 @@ from pathlib import Path
 from algorithms.harness.bench import BenchRow
 from simcomm.bench import algorithm_config, bench_size
 from simcomm.nccl_tests_output import (
-    looks_like_nccl_tests_output, parse_nccl_tests_output, program_kind,
+    looks_like_nccl_tests_output, looks_like_published_table, parse_nccl_tests_output,
+    parse_published_table, program_kind,
 )
 from simcomm.sweep_csv import Series, read_bench_rows
 from simcomm.topology import Topology
@@ -80,13 +81,17 @@ def compare_rows(topology: Topology, algorithm: str, rows: Sequence[BenchRow],
 
 def read_measured(path: str | os.PathLike[str], ranks: int
                   ) -> tuple[list[BenchRow], int, str]:
-    """The measured rows of a bench CSV or of nccl-tests' printed output, the GPUs each of
-    its processes drove and the nccl-tests program that ran ("" if not known);
-    nccl-tests' output must list ``ranks`` ranks, if it lists any."""
+    """The measured rows of a bench CSV, of nccl-tests' printed output or of a published
+    table (``benchmarks/published/``), the GPUs each of its processes drove and the
+    nccl-tests program that ran ("" if not known); nccl-tests' output and a published
+    table must have ``ranks`` ranks, if they say."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
-    if not looks_like_nccl_tests_output(text):
+    if looks_like_published_table(text):
+        run = parse_published_table(text, str(path))
+    elif looks_like_nccl_tests_output(text):
+        run = parse_nccl_tests_output(text, str(path))
+    else:
         return read_bench_rows(path), 1, ""
-    run = parse_nccl_tests_output(text, str(path))
     if run.ranks and run.ranks != ranks:
         raise ValueError(f"{path}: nccl-tests ran on {run.ranks} ranks, the topology has "
                          f"{ranks}")

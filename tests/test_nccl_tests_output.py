@@ -13,7 +13,8 @@ from algorithms.harness.bench import DTYPES
 from simcomm.bench import host_floor_seconds
 from simcomm.cli import main
 from simcomm.nccl_tests_output import (
-    looks_like_nccl_tests_output, parse_nccl_tests_output, program_kind,
+    PUBLISHED_HEADER, looks_like_nccl_tests_output, looks_like_published_table,
+    parse_nccl_tests_output, parse_published_table, program_kind,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -134,3 +135,42 @@ def test_mpi_tags_the_program_and_one_run_a_file(
                                       "")] == ["reducescatter", "alltoall", None, None]
     with pytest.raises(ValueError, match="run.txt: holds 2 runs of nccl-tests"):
         parse_nccl_tests_output(CURRENT + OLD, "run.txt")
+
+
+PUBLISHED = Path(__file__).parent.parent / "benchmarks" / "published"
+
+
+def test_published_tables_read_with_their_program_ranks_and_gpus_per_process() -> None:
+    abci = parse_published_table((PUBLISHED / "a100-1node-default-abci.csv").read_text())
+    assert (abci.program, abci.ranks, abci.gpus_per_process, len(abci.rows)) == (
+        "all_reduce_perf", 8, 1, 24)
+    first = abci.rows[0]  # a table of nccl-tests before 2.10: no root printed
+    assert (first.size, first.count, first.type, first.redop, first.root, first.time_us,
+            first.wrong) == (4, 1, "float", "sum", -1, 17.29, None)
+    together = parse_published_table(
+        (PUBLISHED / "h100-1node-ring-allgather-togethernccl.csv").read_text())
+    assert (together.program, together.ranks, together.gpus_per_process) == (
+        "all_gather_perf", 8, 8)
+    for path in PUBLISHED.glob("*.csv"):  # every table is recognised as one, and reads
+        text = path.read_text()
+        assert looks_like_published_table(text) and parse_published_table(text).rows
+    assert not looks_like_published_table(CURRENT)
+
+
+def test_a_published_table_with_a_bad_row_names_the_line() -> None:
+    text = "# collective: all_reduce_perf\n" + PUBLISHED_HEADER + "\n8,2,float,sum,-1,x,0,0\n"
+    with pytest.raises(ValueError, match=r"t.csv, line 3: a column that is not a number"):
+        parse_published_table(text, "t.csv")
+    with pytest.raises(ValueError, match=r"t.csv, line 3: expected the 8 columns"):
+        parse_published_table(text.replace(",x,0,0", ",1"), "t.csv")
+    with pytest.raises(ValueError, match="t.csv: a published table without rows"):
+        parse_published_table(PUBLISHED_HEADER + "\n", "t.csv")
+
+
+def test_validate_reads_a_published_table(capsys: pytest.CaptureFixture[str]) -> None:
+    # The median benchmarks/fidelity.py gives this table (docs/fidelity.md).
+    table = PUBLISHED / "a100-1node-default-abci.csv"
+    assert main(["validate", "--topology", "dgx-a100", "--measured",
+                 f"nccl_allreduce={table}"]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1].split()
+    assert summary[:3] == ["nccl_allreduce", "24", "36.9%"]
