@@ -483,8 +483,9 @@ def fsdp(args: argparse.Namespace) -> int:
 def _add_validate_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "validate", help="simulated against measured times, with the error",
-        description="For each row of measured results (realcomm bench --format csv, or "
-                    "what nccl-tests printed, -g included), simulate the same collective "
+        description="For each row of measured results (realcomm bench --format csv, "
+                    "what nccl-tests printed, -g included, or a published table), simulate "
+                    "the same collective "
                     "and size on a topology (a preset, or one that simcomm fit wrote) and "
                     "print both times, the error, and per collective the median, "
                     "geometric-mean and largest absolute error.")
@@ -492,8 +493,9 @@ def _add_validate_parser(commands: argparse._SubParsersAction) -> None:
                         help="a preset or a topology file (.toml)")
     parser.add_argument("--measured", action="append", required=True, metavar="ALGO=FILE",
                         help="an algorithm (NAME or NAME:key=value) and its measured "
-                             "results (a bench CSV or nccl-tests' output), split at the last "
-                             "= (so FILE's name cannot hold one); repeatable")
+                             "results (a bench CSV, nccl-tests' output or a table of "
+                             "benchmarks/published), split at the last = (so FILE's name "
+                             "cannot hold one); repeatable")
     parser.add_argument("--plot", metavar="FILE.png", type=output_file,
                         help="draw simulated and measured time against size")
     parser.add_argument("--fit", metavar="FILE.toml", type=output_file,
