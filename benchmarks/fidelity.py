@@ -28,7 +28,6 @@ The figures depend on nothing but the model, so they are the same on any machine
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import re
 import statistics
@@ -45,6 +44,7 @@ from simcomm import SizeOnly, simulate
 from simcomm.bench import (
     HOST_SECONDS_PER_CHANNEL, HOST_SECONDS_PER_GPU, HOST_SECONDS_PER_ITERATION,
     host_bound_seconds, launched_channels)
+from simcomm.nccl_tests_output import parse_published_table, published_notes
 from simcomm.presets import make_preset
 
 LATENCY_BOUND = 1 << 20  # bytes: below, the latency-bound regime
@@ -58,12 +58,14 @@ FORCED_ALGORITHMS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree":
 
 @dataclass(frozen=True)
 class Table:
-    """One published table: its header facts and its rows (bytes, microseconds)."""
+    """One published table: its header facts, its rows (bytes, microseconds) and the GPUs
+    each process of its run drove (its test header's ``nGpus``)."""
 
     path: Path
     header: dict[str, str]
     sizes: tuple[int, ...]
     times_us: tuple[float, ...]
+    gpus_per_process: int = 1
 
     @property
     def name(self) -> str:
@@ -72,20 +74,11 @@ class Table:
 
 
 def read_table(path: Path) -> Table:
-    """A published CSV: ``# key: value`` header lines, then the nccl-tests columns."""
-    header: dict[str, str] = {}
-    rows = []
-    with path.open(encoding="utf-8") as stream:
-        data_lines = []
-        for line in stream:
-            if line.startswith("#"):
-                key, _, value = line[1:].partition(":")
-                header.setdefault(key.strip(), value.strip())
-            elif line.strip():
-                data_lines.append(line)
-        for row in csv.DictReader(data_lines):
-            rows.append((int(row["size"]), float(row["time_us"])))
-    return Table(path, header, tuple(r[0] for r in rows), tuple(r[1] for r in rows))
+    """A published CSV (``simcomm.nccl_tests_output.parse_published_table``)."""
+    text = path.read_text(encoding="utf-8")
+    run = parse_published_table(text, str(path))
+    return Table(path, published_notes(text), tuple(row.size for row in run.rows),
+                 tuple(row.time_us for row in run.rows), run.gpus_per_process)
 
 
 def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
@@ -128,12 +121,6 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
     return preset, ALGORITHMS[program], params
 
 
-def gpus_per_process(table: Table) -> int:
-    """The GPUs each process of the table's run drove (its test header's ``nGpus``)."""
-    found = re.search(r"nGpus\s+(\d+)", table.header.get("test header", ""))
-    return int(found.group(1)) if found else 1
-
-
 def simulate_sizes(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence[int]
                    ) -> list[tuple[float, int, str]]:
     """Per size (float32 elements, as the tables' runs): the simulated microseconds on the
@@ -164,7 +151,7 @@ def predict(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence
 def predict_table(table: Table) -> list[tuple[float, str]]:
     """``predict`` on the model of ``table`` (which has one) at its sizes."""
     preset, algorithm, params = model_for(table)
-    return predict(preset, algorithm, params, table.sizes, gpus_per_process(table))
+    return predict(preset, algorithm, params, table.sizes, table.gpus_per_process)
 
 
 def torch_estimates(program: str, ranks: int, sizes: Sequence[int], preset: str
@@ -207,7 +194,7 @@ def host_floor_rows(table: Table) -> list[tuple[int, int, float, float]]:
     """(GPUs a process drove, channels, simulated GPU microseconds, measured microseconds)
     for each of ``table``'s rows up to ``FLOOR_FIT_LARGEST`` that moves data."""
     preset, algorithm, params = model_for(table)
-    gpus = gpus_per_process(table)
+    gpus = table.gpus_per_process
     rows = [(size, measured) for size, measured in zip(table.sizes, table.times_us)
             if size <= FLOOR_FIT_LARGEST]
     runs = simulate_sizes(preset, algorithm, params, [size for size, _ in rows])
@@ -241,7 +228,7 @@ def fit_host_floor(rows: Sequence[tuple[int, int, float, float]]) -> tuple[float
 
 def print_host_floor_fit(tables: Sequence[Table], jobs: int) -> None:
     """Fit the host's floor to every modelled -g table and print it beside the one in use."""
-    driven = [t for t in tables if not isinstance(model_for(t), str) and gpus_per_process(t) > 1]
+    driven = [t for t in tables if not isinstance(model_for(t), str) and t.gpus_per_process > 1]
     with ProcessPoolExecutor(jobs) as pool:
         rows = [row for found in pool.map(host_floor_rows, driven) for row in found]
     fitted = fit_host_floor(rows)
@@ -287,7 +274,7 @@ def main() -> None:
     skipped = [(table.name, model) for table, model in zip(tables, models)
                if isinstance(model, str)]
     for (table, (preset, algorithm, params)), predicted in zip(modelled, predictions):
-        gpus = gpus_per_process(table)
+        gpus = table.gpus_per_process
         errors = {"latency": [], "transition": [], "bandwidth": []}
         for size, measured, (simulated, _) in zip(table.sizes, table.times_us, predicted):
             if simulated > 0:  # 0: nothing to move (see the module's docstring)

@@ -92,18 +92,24 @@ def looks_like_published_table(text: str) -> bool:
     return False
 
 
+def published_notes(text: str) -> dict[str, str]:
+    """A published table's ``# key: value`` notes (source, machine, command, ...); the
+    first of a key repeated wins."""
+    notes: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            key, _, value = line[1:].partition(":")
+            notes.setdefault(key.strip(), value.strip())
+    return notes
+
+
 def parse_published_table(text: str, source: str = "input") -> NcclTestsRun:
     """The rows, ``-g``, ranks and program of a published table (see the module doc); an
     empty root (tables of nccl-tests before 2.10) is -1. Errors name ``source`` and the
     line."""
-    notes: dict[str, str] = {}
-    data: list[tuple[int, str]] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.startswith("#"):
-            key, _, value = line[1:].partition(":")
-            notes.setdefault(key.strip(), value.strip())
-        elif line.strip():
-            data.append((number, line))
+    notes = published_notes(text)
+    data = [(number, line) for number, line in enumerate(text.splitlines(), 1)
+            if line.strip() and not line.startswith("#")]
     rows = []
     for number, line in data[1:]:
         fields = [field.strip() for field in next(csv.reader([line]))]

@@ -81,7 +81,7 @@ def test_an_algorithm_the_simulator_lacks_is_named(tmp_path) -> None:
 
 def test_one_process_driving_eight_gpus_is_read_from_the_test_header() -> None:
     table = fidelity.read_table(PUBLISHED / "h100-1node-ring-reducescatter-togethernccl.csv")
-    assert fidelity.gpus_per_process(table) == 8
+    assert table.gpus_per_process == 8
 
 
 def test_the_host_floor_fit_recovers_a_floor_despite_an_outlier() -> None:
@@ -98,7 +98,7 @@ def test_the_host_floor_fit_recovers_a_floor_despite_an_outlier() -> None:
 def test_the_host_floor_in_use_is_the_fit_to_the_published_tables() -> None:
     tables = [fidelity.read_table(path) for path in sorted(PUBLISHED.glob("*.csv"))]
     driven = [t for t in tables
-              if not isinstance(fidelity.model_for(t), str) and fidelity.gpus_per_process(t) > 1]
+              if not isinstance(fidelity.model_for(t), str) and t.gpus_per_process > 1]
     rows = [row for table in driven for row in fidelity.host_floor_rows(table)]
     per_iteration, per_gpu, per_channel = fidelity.fit_host_floor(rows)
     assert HOST_SECONDS_PER_ITERATION * 1e6 == pytest.approx(per_iteration, abs=0.05)
