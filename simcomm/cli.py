@@ -516,18 +516,20 @@ def validate(args: argparse.Namespace) -> int:
     if args.fit and len(args.measured) != 1:
         raise ValueError(f"--fit fits one measured collective; got {len(args.measured)} "
                          "--measured")
-    comparisons = []
+    measured = []
     for item in args.measured:
         # At the last =: the algorithm's parameters (NAME:key=value) have their own.
         algorithm, sep, path = item.rpartition("=")
         if not sep or not algorithm.strip() or not path.strip():
             raise ValueError(f"--measured {item!r}: write ALGORITHM=FILE")
-        comparisons += compare(topology, algorithm.strip(), path.strip())
+        measured.append((algorithm.strip(), path.strip()))
+    comparisons = [c for algorithm, path in measured for c in compare(topology, algorithm, path)]
     print(format_validation(comparisons))
     if args.fit:
-        fitted = fit_cluster(topology, algorithm.strip(), path.strip(), level="auto")
+        (algorithm, path), = measured
+        fitted = fit_cluster(topology, algorithm, path, level="auto")
         print(f"\n{format_cluster_fit(fitted)}\n")
-        comparisons = compare(fitted.topology, algorithm.strip(), path.strip())
+        comparisons = compare(fitted.topology, algorithm, path)
         print(format_validation(comparisons))
         Path(args.fit).write_text(dump_topology(fitted.topology), encoding="utf-8")
         print(f"wrote {args.fit} (simcomm bench --topology {args.fit})")
