@@ -106,10 +106,8 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
     count, gpus, kind = int(nodes.group(1)), int(per_node.group(1)), gpu.group(1).lower()
     if count == 1:
         preset = f"dgx-{kind}" if gpus == 8 else f"dgx-{kind}:gpus={gpus}"
-    elif gpus == 8:
-        preset = f"cluster-{kind}:nodes={count}"
-    else:
-        return f"no preset for nodes of {gpus} GPUs"
+    else:  # the first ``gpus`` GPUs of 8-GPU nodes, each with its NIC
+        preset = f"cluster-{kind}:nodes={count}" + (f",gpus={gpus}" if gpus != 8 else "")
     ports = re.match(r"\s*(\d+)", table.header.get("nic_ports", ""))
     if ports and count > 1 and int(ports.group(1)) != 1:  # ports that share a NIC's rate
         preset += f",nic_ports={ports.group(1)}"

@@ -352,49 +352,58 @@ def pcie_a100(gpus: int = 8) -> Topology:
 
 
 def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX A100 nodes on one network switch: every GPU's 200 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` for rings and trees (0:
     NCCL's count, ``nccl_channels``; more: as NCCL_MIN_NCHANNELS would). ``nic_ports``
     splits each NIC's rate among that many ports (Oracle's A100 nodes: 16 ports of 100 Gb/s,
     2), each of which NCCL's search gives a ring; the model keeps one link per NIC, which
-    carries what the ports do together when the channels use them evenly, as NCCL's do."""
-    return _cluster("cluster-a100", DGX_A100, nodes, nics, channels, nic_ports)
+    carries what the ports do together when the channels use them evenly, as NCCL's do.
+    ``gpus`` takes part per node, the first of each node's 8 with their NICs (a job of
+    fewer GPUs per node: ``srun --gpus-per-node``), so ``nics`` may be no more than it."""
+    return _cluster("cluster-a100", DGX_A100, nodes, nics, channels, nic_ports, gpus)
 
 
 def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX H100 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` as for
     ``cluster_a100``."""
-    return _cluster("cluster-h100", DGX_H100, nodes, nics, channels, nic_ports)
+    return _cluster("cluster-h100", DGX_H100, nodes, nics, channels, nic_ports, gpus)
 
 
 def cluster_h200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX H200 nodes, networked as ``cluster-h100``."""
-    return _cluster("cluster-h200", DGX_H200, nodes, nics, channels, nic_ports)
+    return _cluster("cluster-h200", DGX_H200, nodes, nics, channels, nic_ports, gpus)
 
 
 def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
     """DGX B200 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` as for
     ``cluster_a100``."""
-    return _cluster("cluster-b200", DGX_B200, nodes, nics, channels, nic_ports)
+    return _cluster("cluster-b200", DGX_B200, nodes, nics, channels, nic_ports, gpus)
 
 
 def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: int,
-             nic_ports: int = 1) -> Topology:
+             nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
     _positive_int("nodes", nodes)
     _positive_int("nics", nics)
+    if _positive_int("gpus", gpus) > GPUS_PER_DGX:
+        raise ValueError(f"gpus must be at most {GPUS_PER_DGX}, got {gpus}")
     if _positive_int("nic_ports", nic_ports) > MAX_NIC_PORTS:
         raise ValueError(f"nic_ports must be at most {MAX_NIC_PORTS}, got {nic_ports}")
     if GPUS_PER_DGX % nics:
         raise ValueError(f"nics must divide the {GPUS_PER_DGX} GPUs of a node, got {nics}")
+    if gpus < GPUS_PER_DGX and nics != GPUS_PER_DGX:
+        raise ValueError(f"give gpus or nics, not both: with gpus={gpus} every GPU taking part "
+                         "uses its own NIC")
     name = f"{preset}:nodes={nodes}"
     if nics == GPUS_PER_DGX:
-        topo = hierarchical(nodes, GPUS_PER_DGX, node.nvlink, NVLINK_STEP_LATENCY, node.nic,
+        if gpus < GPUS_PER_DGX:
+            name += f",gpus={gpus}"
+        topo = hierarchical(nodes, gpus, node.nvlink, NVLINK_STEP_LATENCY, node.nic,
                             NET_STEP_LATENCY, nic_per_gpu=True, reduce_bandwidth=node.hbm)
     else:
         name += f",nics={nics}"
@@ -406,8 +415,8 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
                                   ll_bandwidth=node.ll_bandwidth(nodes),
                                   net_overhead=node.net_overhead))
-    topo = _on_channels(topo, channels, node, nodes, nics, nic_ports)
-    return with_nvls(topo) if node.nvls else topo
+    topo = _on_channels(topo, channels, node, nodes, min(nics, gpus), nic_ports)
+    return with_nvls(topo) if node.nvls and gpus > 1 else topo
 
 
 def _shared_nics(nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
@@ -504,8 +513,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
     *(Preset(f"cluster-{gpu}", f"DGX {gpu.upper()} nodes, one {nic} Gb/s NIC per GPU into one "
              "network switch (nodes=2, nics=8: NICs per node, channels=0: NCCL's, "
-             "nic_ports=1: ports sharing a NIC's rate)", build,
-             (("nodes", 2), ("nics", GPUS_PER_DGX), ("channels", 0), ("nic_ports", 1)))
+             "nic_ports=1: ports sharing a NIC's rate, gpus=8: fewer per node take part)",
+             build, (("nodes", 2), ("nics", GPUS_PER_DGX), ("channels", 0), ("nic_ports", 1),
+                     ("gpus", GPUS_PER_DGX)))
       for gpu, nic, build in (("h100", 400, cluster_h100), ("a100", 200, cluster_a100),
                               ("h200", 400, cluster_h200), ("b200", 400, cluster_b200))),
     Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "

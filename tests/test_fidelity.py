@@ -63,6 +63,10 @@ def test_every_published_table_reads_with_its_source(path) -> None:
     ("a100-1node-default-galvatron", ("dgx-a100", "nccl_allreduce", {})),
     ("a100-1node-default-superbench", ("dgx-a100", "nccl_allreduce", {})),
     ("a100-1node-default-gcm", ("dgx-a100", "nccl_allreduce", {})),
+    ("h100-10nodes-4gpu-default-allgather-ncclcluster",
+     ("cluster-h100:nodes=10,gpus=4", "nccl_all_gather", {})),
+    ("h100-10nodes-1gpu-default-allreduce-ncclcluster",
+     ("cluster-h100:nodes=10,gpus=1", "nccl_allreduce", {})),
 ])
 def test_tables_map_to_the_model_their_headers_describe(name, model) -> None:
     assert fidelity.model_for(fidelity.read_table(PUBLISHED / f"{name}.csv")) == model

@@ -124,6 +124,21 @@ def test_nic_ports_give_a_search_channel_each_and_keep_the_nics_rate():
     assert two.channels * two.tree_channel_bandwidth == pytest.approx(16 * 23.6 / 2 * GB)
 
 
+def test_fewer_gpus_per_node_each_use_their_own_nic():
+    # A job of 4 or 1 GPUs on each of 10 nodes: NCCL's search finds a ring per NIC in use,
+    # fast enough (48 GB/s) to double where there are at most 4 (ncclTopoDupChannels).
+    eight, four, one = (make_preset(f"cluster-h100:nodes=10{gpus}")
+                        for gpus in ("", ",gpus=4", ",gpus=1"))
+    assert four.name == "cluster-h100:nodes=10,gpus=4"
+    assert (four.size, four.local_size, four.channels) == (40, 4, 16)
+    assert (one.size, one.local_size, one.channels) == (10, 1, 4)
+    assert eight.channels == 16
+    nic = {round(link.bandwidth / GB, 6) for link in four.links if link.dst == "net"}
+    assert nic == {48}
+    # NVLS needs GPUs of a node to share its switch; one GPU a node has none to share.
+    assert four.reducing_switches and not one.reducing_switches
+
+
 def test_h200_and_b200_figures():
     h100, h200, b200 = (make_preset(f"dgx-{gpu}") for gpu in ("h100", "h200", "b200"))
     # H200: H100's links and rates, more memory bandwidth.
@@ -181,8 +196,11 @@ def test_fattree_uplinks_follow_the_oversubscription():
     ("dgx-b300", "unknown preset 'dgx-b300'"),
     ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus, channels)"),
     ("dgx-h100:gpus=9", "gpus must be at most 8, got 9"),
-    ("cluster-h100:gpus=4", "has no parameter 'gpus' (it takes: nodes, nics, channels, "
-                            "nic_ports)"),
+    ("cluster-h100:fans=4", "has no parameter 'fans' (it takes: nodes, nics, channels, "
+                            "nic_ports, gpus)"),
+    ("cluster-h100:gpus=0", "gpus must be an int >= 1"),
+    ("cluster-h100:gpus=16", "gpus must be at most 8, got 16"),
+    ("cluster-h100:gpus=4,nics=4", "give gpus or nics, not both"),
     ("cluster-a100:nic_ports=0", "nic_ports must be an int >= 1"),
     ("cluster-a100:nic_ports=5", "nic_ports must be at most 4, got 5"),
     ("cluster-h100:nics=3", "nics must divide the 8 GPUs of a node, got 3"),
