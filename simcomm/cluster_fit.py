@@ -7,7 +7,8 @@ large ones too (docs/fidelity.md). Two figures make a preset into that cluster:
   collective's time is its latency; it is added to the topology's launch latency under every
   protocol, so every collective pays it once;
 * what share of its network links' bandwidth the cluster reaches (``network_rate``): the
-  factor on every link between nodes (``network_links``) under which the median of
+  factor on every link between nodes (``network_links``), and on a ring channel's ceiling
+  between nodes (``Topology.net_channel_bandwidth``), under which the median of
   simulated over measured time is 1 over the rows from ``BANDWIDTH_BOUND``, found by the
   secant method on the logarithms.
 
@@ -69,7 +70,8 @@ def network_links(topology: Topology) -> list[int]:
 def with_cluster_costs(topology: Topology, extra_latency: float, network_rate: float,
                        name: str | None = None) -> Topology:
     """``topology`` with ``extra_latency`` seconds more launch latency under every protocol
-    and its ``network_links`` at ``network_rate`` times their bandwidth."""
+    and its ``network_links``, and a ring channel's ceiling between nodes
+    (``Topology.net_channel_bandwidth``), at ``network_rate`` times their bandwidth."""
     if not (math.isfinite(extra_latency) and extra_latency >= -least_launch(topology)):
         raise ValueError(f"extra latency {extra_latency!r} s would make a launch latency "
                          "negative")
@@ -79,7 +81,8 @@ def with_cluster_costs(topology: Topology, extra_latency: float, network_rate: f
     links = tuple(replace(link, bandwidth=link.bandwidth * network_rate) if i in scaled
                   else link for i, link in enumerate(topology.links))
     return replace(topology, name=name or topology.name, links=links,
-                   launch_latency=topology.launch_latency.scaled(1.0, extra_latency))
+                   launch_latency=topology.launch_latency.scaled(1.0, extra_latency),
+                   net_channel_bandwidth=topology.net_channel_bandwidth * network_rate)
 
 
 def least_launch(topology: Topology) -> float:
@@ -165,7 +168,8 @@ def format_cluster_fit(fit: ClusterFit) -> str:
              f"  every collective: {fit.extra_latency * 1e6:+.2f} us of launch latency "
              f"(median of measured - simulated over {fit.latency_rows} rows below "
              f"{format_bytes(LATENCY_BOUND)})",
-             f"  links between nodes: {fit.network_rate:.3f} of their bandwidth (median "
+             f"  links between nodes (and a ring channel's ceiling there): "
+             f"{fit.network_rate:.3f} of their bandwidth (median "
              f"simulated / measured of 1 over {fit.bandwidth_rows} rows from "
              f"{format_bytes(BANDWIDTH_BOUND)})"]
     lines += [f"  note: {note}" for note in fit.notes]

@@ -27,7 +27,10 @@ Cost model (alpha-beta with contention):
   its sender: a link with no latency and an even share of that rate among the channels of
   the rank's latest ``Launch`` (under LL128 at most ``Topology.ll128_channel_bandwidth``);
   a message of NCCL's tree under Simple then crosses a pipe of its channel's stream to that
-  peer, at ``Topology.tree_channel_bandwidth``.
+  peer, at ``Topology.tree_channel_bandwidth``; after a ``Launch`` of a ring (or of the
+  hierarchical all-reduce, whose rings span nodes), a message to a peer on another node
+  crosses a pipe of its channel's connection to that peer, at
+  ``Topology.net_channel_bandwidth``.
   NCCL runs each channel on its own SMs, side by side, so a channel's steps pay their
   latency and their bytes one after the other, and the channels together reach the GPU's
   rate.
@@ -228,8 +231,10 @@ class _Simulation(Interpreter):
         # Whether a channel's rate is limited under some protocol (Topology.channel_rate).
         self.piped = (any(math.isfinite(topology.channel_rate(protocol, 1))
                           for protocol in Protocol)
-                      or math.isfinite(topology.tree_channel_bandwidth))
+                      or math.isfinite(topology.tree_channel_bandwidth)
+                      or math.isfinite(topology.net_channel_bandwidth))
         self.share = [1] * self.size  # channels of each rank's latest Launch
+        self.ranks_per_node = topology.ranks_per_node
         self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
         self.pipes: dict[tuple[Hashable, ...], int] = {}
         # Per protocol, src * size + dst -> per link of the route: (index, ticks per byte,
@@ -241,6 +246,9 @@ class _Simulation(Interpreter):
         # rank's latest Launch picks the tables its sends look up (set once per collective).
         self.tree_routes = {protocol: {} for protocol in Protocol}
         self.tree_piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
+        # And for a ring's (the hierarchical all-reduce's too), whose messages between
+        # nodes cross a pipe of their own.
+        self.ring_piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
         self.simple_routes_of = [self.simple_routes] * self.size
         self.routes_of = [self.routes] * self.size
         self.piped_routes_of = [self.piped_routes] * self.size
@@ -369,7 +377,8 @@ class _Simulation(Interpreter):
     def _through_pipe(self, src: int, dst: int, channel: Hashable, protocol: Protocol,
                       route: Route) -> Route:
         # One pipe per (rank, channel), whatever the peer and the protocol; on NCCL's tree
-        # under Simple another per peer besides, at the tree's own ceiling.
+        # under Simple another per peer besides, at the tree's own ceiling, and on a ring
+        # another per peer on another node, at the network's ceiling per channel.
         share = self.share[src]
         key = (src, dst, channel, share, protocol)
         piped_routes = self.piped_routes_of[src]
@@ -379,6 +388,10 @@ class _Simulation(Interpreter):
             if piped_routes is self.tree_piped_routes and protocol is _SIMPLE:
                 piped = self._piped(piped, (src, channel, dst),
                                     self.topology.tree_channel_bandwidth)
+            elif piped_routes is self.ring_piped_routes and (
+                    src // self.ranks_per_node != dst // self.ranks_per_node):
+                piped = self._piped(piped, (src, channel, dst, "net"),
+                                    self.topology.net_channel_bandwidth)
             piped = self._piped(piped, (src, channel),
                                 self.topology.channel_rate(protocol, share))
             piped_routes[key] = piped
@@ -754,7 +767,10 @@ class _Simulation(Interpreter):
         tree = op.algorithm == "tree"
         self.routes_of[task.rank] = self.tree_routes if tree else self.routes
         self.simple_routes_of[task.rank] = self.routes_of[task.rank][Protocol.SIMPLE]
-        self.piped_routes_of[task.rank] = self.tree_piped_routes if tree else self.piped_routes
+        self.piped_routes_of[task.rank] = (
+            self.tree_piped_routes if tree
+            else self.ring_piped_routes if op.algorithm in ("ring", "hierarchical")
+            else self.piped_routes)
         latency = _ticks(self.topology.launch_latency.of(op.protocol, op.algorithm)
                          + self._fill_seconds(op))
         if self.record and latency:

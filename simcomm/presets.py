@@ -142,6 +142,22 @@ B200_LL128_CHANNEL_BANDWIDTH = 40.0 / 2 * GB
 A100_TREE_CHANNEL_BANDWIDTH = {1: 24.0 / 4 * GB, 2: 23.6 / 4 * GB, 3: 17.8 / 4 * GB}
 H100_TREE_CHANNEL_BANDWIDTH = {1: 38.7 / 4 * GB, 2: 41.4 / 4 * GB, 3: 36.0 / 4 * GB}
 B200_TREE_CHANNEL_BANDWIDTH = {1: 70.0 / 4 * GB, 2: 42.8 / 4 * GB, 3: 24.0 / 4 * GB}
+# What one channel of a ring sends per second to a GPU on another node, measured on nodes
+# of 8 GPUs, each on its 400 Gb/s NIC, where NCCL runs 16 channels, 2 per NIC: rings
+# across 4 to 10 H100 nodes level off at 320.5 to 324.5 GB/s busbw (median 323.5) over six
+# published tables of three clusters (benchmarks/published: gj-aion's 4- and 8-node
+# all-reduce of nccl-tests #309, Voltage Park's 4-node all-gather, and one cluster's
+# 10-node all-reduce, all-gather and reduce-scatter), 20.2 GB/s a channel. The same 10
+# nodes with 1, 2 or 4 GPUs each (4 channels per NIC) reach the NIC's 48 GB/s, as does
+# gj-aion's 8-node run on 24 channels with 2 queue pairs per connection (docs/fidelity.md),
+# so it is a ceiling per channel, not per NIC. Together AI's 4-node B200 report finds the
+# same with the same NICs: rings at 307.3 and 308.7 GB/s at NCCL's defaults, 384.0 and
+# 376.2 with NCCL_IB_QPS_PER_CONNECTION=2 and more (togethercomputer/together-nccl-tests,
+# baselines/flapping-airplanes/2026-07-11_nccl_collective_scaling_report.md, "Finding 2").
+# NCCL_IB_QPS_PER_CONNECTION=2, which lifts it, gives a channel two queue pairs, each as
+# fast (the presets' ``qps``). NCCL's cost model has no such ceiling. A 200 Gb/s NIC needs
+# only 12 GB/s a channel, and no A100 table shows one, so theirs is left open.
+NDR_NET_CHANNEL_BANDWIDTH = 20.2 * GB
 # How many channels NCCL runs its rings and trees on. Its topology search finds rings of a
 # speed from its list for the GPU generation (src/graph/search.cc, NVIDIA/nccl v2.26.2):
 # on one node as many of the fastest as the GPU's NVLinks carry (A100: 6 of 40 GB/s in its
@@ -195,6 +211,7 @@ class NodeFigures:
     compute_capability: int  # 80: Ampere, 90: Hopper, 100: Blackwell
     one_node_rings: tuple[int, float]  # rings NCCL's search finds on one node, their speed
     net_overhead: float  # NCCL's getNetOverhead for the hosts' CPUs, seconds
+    net_channel: float = math.inf  # a ring's channel to another node, bytes/second
 
     def ll_bandwidth(self, nodes: int) -> float:
         """NCCL's llMaxBw on ``nodes`` nodes."""
@@ -253,7 +270,8 @@ DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
                        INTEL_HOSTS_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH,
                        H100_TREE_CHANNEL_BANDWIDTH, nvls=True,
                        compute_capability=90, one_node_rings=H100_ONE_NODE_RINGS,
-                       net_overhead=INTEL_HOSTS_NET_OVERHEAD)
+                       net_overhead=INTEL_HOSTS_NET_OVERHEAD,
+                       net_channel=NDR_NET_CHANNEL_BANDWIDTH)
 DGX_H200 = replace(DGX_H100, hbm=H200_SXM_HBM)
 # DGX B200: eight ConnectX-7 cards for the cluster network, up to 400 Gb/s each (NVIDIA DGX
 # B200 User Guide), so NDR's figure as for DGX H100.
@@ -261,7 +279,8 @@ DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        PCIE_GEN5_X16_DATA, B200_LL_BANDWIDTH, INTEL_HOSTS_LL_BANDWIDTH,
                        B200_LL128_CHANNEL_BANDWIDTH, B200_TREE_CHANNEL_BANDWIDTH, nvls=True,
                        compute_capability=100, one_node_rings=B200_ONE_NODE_RINGS,
-                       net_overhead=INTEL_HOSTS_NET_OVERHEAD)
+                       net_overhead=INTEL_HOSTS_NET_OVERHEAD,
+                       net_channel=NDR_NET_CHANNEL_BANDWIDTH)
 
 
 def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: int,
@@ -352,7 +371,7 @@ def pcie_a100(gpus: int = 8) -> Topology:
 
 
 def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1) -> Topology:
     """DGX A100 nodes on one network switch: every GPU's 200 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` for rings and trees (0:
     NCCL's count, ``nccl_channels``; more: as NCCL_MIN_NCHANNELS would). ``nic_ports``
@@ -360,36 +379,40 @@ def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
     2), each of which NCCL's search gives a ring; the model keeps one link per NIC, which
     carries what the ports do together when the channels use them evenly, as NCCL's do.
     ``gpus`` takes part per node, the first of each node's 8 with their NICs (a job of
-    fewer GPUs per node: ``srun --gpus-per-node``), so ``nics`` may be no more than it."""
-    return _cluster("cluster-a100", DGX_A100, nodes, nics, channels, nic_ports, gpus)
+    fewer GPUs per node: ``srun --gpus-per-node``), so ``nics`` may be no more than it.
+    ``qps`` is NCCL_IB_QPS_PER_CONNECTION: each queue pair of a ring channel's connection
+    to another node carries up to the measured ceiling per channel, 20.2 GB/s where the
+    preset has one (400 Gb/s NICs: H100, H200, B200; ``NDR_NET_CHANNEL_BANDWIDTH``)."""
+    return _cluster("cluster-a100", DGX_A100, nodes, nics, channels, nic_ports, gpus, qps)
 
 
 def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1) -> Topology:
     """DGX H100 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` as for
     ``cluster_a100``."""
-    return _cluster("cluster-h100", DGX_H100, nodes, nics, channels, nic_ports, gpus)
+    return _cluster("cluster-h100", DGX_H100, nodes, nics, channels, nic_ports, gpus, qps)
 
 
 def cluster_h200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1) -> Topology:
     """DGX H200 nodes, networked as ``cluster-h100``."""
-    return _cluster("cluster-h200", DGX_H200, nodes, nics, channels, nic_ports, gpus)
+    return _cluster("cluster-h200", DGX_H200, nodes, nics, channels, nic_ports, gpus, qps)
 
 
 def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1) -> Topology:
     """DGX B200 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` as for
     ``cluster_a100``."""
-    return _cluster("cluster-b200", DGX_B200, nodes, nics, channels, nic_ports, gpus)
+    return _cluster("cluster-b200", DGX_B200, nodes, nics, channels, nic_ports, gpus, qps)
 
 
 def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: int,
-             nic_ports: int = 1, gpus: int = GPUS_PER_DGX) -> Topology:
+             nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1) -> Topology:
     _positive_int("nodes", nodes)
     _positive_int("nics", nics)
+    _positive_int("qps", qps)
     if _positive_int("gpus", gpus) > GPUS_PER_DGX:
         raise ValueError(f"gpus must be at most {GPUS_PER_DGX}, got {gpus}")
     if _positive_int("nic_ports", nic_ports) > MAX_NIC_PORTS:
@@ -412,9 +435,12 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
         name += f",channels={channels}"
     if nic_ports != 1:
         name += f",nic_ports={nic_ports}"
+    if qps != 1:
+        name += f",qps={qps}"
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
                                   ll_bandwidth=node.ll_bandwidth(nodes),
-                                  net_overhead=node.net_overhead))
+                                  net_overhead=node.net_overhead,
+                                  net_channel_bandwidth=node.net_channel * qps))
     topo = _on_channels(topo, channels, node, nodes, min(nics, gpus), nic_ports)
     return with_nvls(topo) if node.nvls and gpus > 1 else topo
 
@@ -480,7 +506,7 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     topo = with_injection(Topology(
         name, tuple(names), tuple(links), tuple(gpus), (dgx.hbm,) * len(gpus),
         GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes),
-        net_overhead=dgx.net_overhead))
+        net_overhead=dgx.net_overhead, net_channel_bandwidth=dgx.net_channel))
     return with_nvls(_on_channels(topo, 0, dgx, nodes, GPUS_PER_DGX))
 
 
@@ -513,9 +539,10 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
     *(Preset(f"cluster-{gpu}", f"DGX {gpu.upper()} nodes, one {nic} Gb/s NIC per GPU into one "
              "network switch (nodes=2, nics=8: NICs per node, channels=0: NCCL's, "
-             "nic_ports=1: ports sharing a NIC's rate, gpus=8: fewer per node take part)",
+             "nic_ports=1: ports sharing a NIC's rate, gpus=8: fewer per node take part, "
+             "qps=1: NCCL_IB_QPS_PER_CONNECTION)",
              build, (("nodes", 2), ("nics", GPUS_PER_DGX), ("channels", 0), ("nic_ports", 1),
-                     ("gpus", GPUS_PER_DGX)))
+                     ("gpus", GPUS_PER_DGX), ("qps", 1)))
       for gpu, nic, build in (("h100", 400, cluster_h100), ("a100", 200, cluster_a100),
                               ("h200", 400, cluster_h200), ("b200", 400, cluster_b200))),
     Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "
@@ -596,7 +623,7 @@ def describe(topology: Topology) -> str:
     latency in us, the LL and LL128 latencies where a link has them, and the gap per message
     where there is one), the launch latency per protocol unless it is zero, the channels of
     rings and trees where the topology gives them, NCCL's charge for posting a network send
-    where there is one, reduce bandwidths and ranks.
+    and a ring channel's ceiling between nodes where there are, reduce bandwidths and ranks.
 
     Links fall in one class when their ends match after replacing digits by ``N`` and their
     bandwidth, latencies and gap agree; a class whose reverse class has as many links is shown
@@ -638,6 +665,9 @@ def describe(topology: Topology) -> str:
     if topology.net_overhead:
         lines.append(f"NCCL's charge for posting a network send (weighed by the tuner): "
                      f"{_us(topology.net_overhead)}")
+    if math.isfinite(topology.net_channel_bandwidth) and topology.node_count > 1:
+        lines.append(f"a ring's channel to another node: at most "
+                     f"{_gbps(topology.net_channel_bandwidth)}")
     if topology.reducing_switches:
         lines.append(f"reduce and multicast in switch (NVLS): "
                      f"{' '.join(topology.reducing_switches[:4])}"

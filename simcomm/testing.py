@@ -101,7 +101,8 @@ _LATENCIES = st.floats(0.0, 1e-5, allow_subnormal=False)  # seconds
 def topologies(draw: st.DrawFn, world_size: int) -> Topology:
     """Ring, fully connected, switch or hierarchical topologies of ``world_size`` ranks with
     random bandwidths, latencies and reduction bandwidths, switches that may reduce and
-    multicast (NVLS), random extra latency per link, and maybe a channel count for the
+    multicast (NVLS), random extra latency per link, maybe a ceiling per ring channel
+    between nodes (``Topology.net_channel_bandwidth``), and maybe a channel count for the
     tuner's rings and trees (``Topology.channels``, more than a node's ranks too)."""
     kind = draw(st.sampled_from(("ring", "fully_connected", "switch", "hierarchical")))
     bandwidth, latency = draw(_BANDWIDTHS), draw(_LATENCIES)
@@ -113,6 +114,8 @@ def topologies(draw: st.DrawFn, world_size: int) -> Topology:
                                 draw(_BANDWIDTHS), draw(_LATENCIES),
                                 nic_per_gpu=draw(st.booleans()),
                                 reduce_bandwidth=reduce_bandwidth)
+        if draw(st.booleans()):
+            topology = replace(topology, net_channel_bandwidth=draw(_BANDWIDTHS))
     else:
         build = {"ring": ring, "fully_connected": fully_connected, "switch": switch}[kind]
         topology = build(world_size, bandwidth, latency, reduce_bandwidth)

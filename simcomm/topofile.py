@@ -22,6 +22,9 @@ Two forms. The explicit form lists nodes and links::
     tree_channel_bandwidth = "10.35GB/s"  # what one channel of NCCL's tree sends per
                                      # second to each peer under Simple (optional; default:
                                      # no limit)
+    net_channel_bandwidth = "20.2GB/s"  # what one channel of a ring sends per second to
+                                     # a peer on another machine, as local_size tells them
+                                     # (optional; default: no limit)
     ll128_enabled = false            # whether NCCL weighs LL128 unless told (default true;
                                      # NCCL: only where a node's GPUs talk over NVLink)
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
@@ -114,7 +117,7 @@ _TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
                      "tree_launch_latency_ll128")
 # Keys of what the machine does besides its links, in both forms.
 _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
-              "tree_channel_bandwidth")
+              "tree_channel_bandwidth", "net_channel_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
                  "reducing_switches", "switch_efficiency", "switch_latency", "channels",
                  "net_overhead")

@@ -144,7 +144,11 @@ class Topology:
     none). ``tree_channel_bandwidth`` is the most one channel of NCCL's tree sends per
     second to each of its peers (its parent, each child) under Simple, so the most it
     all-reduces per second (NCCL's ``perChMaxTreeBw``, which in NCCL's model binds only
-    there: LL's and LL128's own ceilings are lower; infinite: none). ``ll128_enabled`` says
+    there: LL's and LL128's own ceilings are lower; infinite: none).
+    ``net_channel_bandwidth`` is the most one channel of a ring sends per second to a peer on
+    another node (``local_size`` says which ranks share one), under any protocol
+    (infinite: none): a ceiling per channel that crosses the network, measured, not in
+    NCCL's cost model. ``ll128_enabled`` says
     whether NCCL runs LL128 here unless told to: it enables it by default only where the
     GPUs of a node talk over NVLink (and a NIC is at most a PCIe switch away), so a tuner
     leaves it out elsewhere; a forced LL128 still runs, as with ``NCCL_PROTO=LL128``.
@@ -174,6 +178,7 @@ class Topology:
     injection_bandwidth: float = math.inf
     ll128_channel_bandwidth: float = math.inf
     tree_channel_bandwidth: float = math.inf
+    net_channel_bandwidth: float = math.inf
     ll128_enabled: bool = True
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
@@ -228,7 +233,8 @@ class Topology:
         if not (isinstance(self.ll_bandwidth, (int, float)) and self.ll_bandwidth > 0):
             raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
                              f"(inf: no limit), got {self.ll_bandwidth!r}")
-        for key in ("injection_bandwidth", "ll128_channel_bandwidth", "tree_channel_bandwidth"):
+        for key in ("injection_bandwidth", "ll128_channel_bandwidth", "tree_channel_bandwidth",
+                    "net_channel_bandwidth"):
             rate = getattr(self, key)
             if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0):
                 raise ValueError(f"topology {self.name!r}: {key} must be > 0 bytes/second "

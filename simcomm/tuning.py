@@ -16,7 +16,8 @@ such a machine:
   ``Topology.ll_bandwidth``) bounds it as a link does, and each channel's share of it
   (under LL128 at most ``Topology.ll128_channel_bandwidth``) bounds that channel's steps;
   under Simple a tree's channel sends to each peer at most
-  ``Topology.tree_channel_bandwidth``.
+  ``Topology.tree_channel_bandwidth``, and a ring's channel to a peer on another node at
+  most ``Topology.net_channel_bandwidth``.
 * NVLS, on one node whose switch reduces (``Topology.reducing_switches``), moves the buffer
   and one slice of it each way over every GPU's link, at the switch's share of its
   bandwidth, in two in-switch steps; NVLS-tree, across such nodes, also sends each GPU's
@@ -28,8 +29,10 @@ The choice weighs a ring as NCCL's tuner does, not by its estimate: its steps' l
 one after the other plus its bytes on the busiest link (NCCL adds the two; the message
 level overlaps them in part), and across nodes each step within a node at least the host's
 time to post a network send (``Topology.net_overhead``), which NCCL charges and its
-messages do not take. So the pick is NCCL's, which is not always the candidate the
-estimates (and the message level) find fastest.
+messages do not take; it leaves out the ceiling of a ring's channel between nodes
+(``Topology.net_channel_bandwidth``), which NCCL's model does not have. So the pick is
+NCCL's, which is not always the candidate the estimates (and the message level) find
+fastest.
 
 They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
 the larger of the two terms ignores, so they come out a little low where the two are
@@ -92,7 +95,9 @@ class _Shape:
 
     latency: np.ndarray  # per ring or tree: seconds of latency along its way
     per_byte: np.ndarray  # per ring or tree: seconds per byte along its way
-    busiest: float  # seconds per byte of a part on the busiest link or sender's pipe
+    busiest: float  # seconds per byte of a part on the busiest link or pipe (a sender's,
+    # a tree channel's to a peer, a ring channel's to a peer on another node)
+    busiest_for_nccl: float  # the same without the last, which NCCL's model lacks
     posting: np.ndarray  # per ring: seconds NCCL's tuner adds once around it (_net_overhead)
 
 
@@ -196,8 +201,8 @@ class ModelTuner:
     def _weigh(self, collective: str, choice: Choice, nbytes: int, seconds: float) -> float:
         """What NCCL's tuner makes of ``choice``, estimated at ``seconds`` (see the module
         doc): a ring's launch, its steps' latencies with NCCL's charge for posting network
-        sends (``_net_overhead``), and its bytes on the busiest link, added up; any other
-        choice its estimate."""
+        sends (``_net_overhead``), and its bytes on the busiest link (as NCCL, with no
+        ceiling per channel between nodes), added up; any other choice its estimate."""
         p = self.topology.size
         if choice.algorithm != "ring" or p == 1:
             return seconds
@@ -205,7 +210,7 @@ class ModelTuner:
         chunk = nbytes / (choice.channels * p)
         return (self.topology.launch_latency.of(choice.protocol, "ring")
                 + float((shape.latency + shape.posting).max()) * steps / p
-                + steps * chunk * shape.busiest)
+                + steps * chunk * shape.busiest_for_nccl)
 
     def _ring_steps(self, collective: str, choice: Choice) -> tuple[int, _Shape]:
         """How many steps the rings of ``choice`` take for ``collective``, and their shape."""
@@ -394,7 +399,8 @@ class ModelTuner:
         """What an estimate of rings or trees needs, whatever the bytes (cached): per ring
         or tree, the latency and the seconds per byte of its way (a ring once around, a
         tree's deepest rank to the root and back), and the seconds per byte of a part on the
-        busiest link or the busiest sender's pipe. ``kind`` is ``ring`` (``channels`` rings
+        busiest link or pipe (``_Shape``), with and without a ring channel's ceiling between
+        nodes, which NCCL's model lacks. ``kind`` is ``ring`` (``channels`` rings
         of all ranks, ``rail_ring``), ``tree`` (``channels`` trees), ``node`` (a ring in
         every node) or ``rail`` (a ring of every rail, a node's local rank i in each)."""
         key = (kind, channels, protocol)
@@ -404,7 +410,11 @@ class ModelTuner:
             else:
                 src, dst, ways = _ring_edges(self._ring_orders(kind, comm, channels))
             routes = self.topology.route_matrix(src, dst)
-            latency, per_byte = self._route_costs(routes, protocol, channels, kind)
+            per_node = self.topology.ranks_per_node
+            # A ring's hops between nodes, each of a channel at most at the network's
+            # ceiling per channel (a tree's channels have a ceiling of their own).
+            capped = (src // per_node != dst // per_node) if kind != "tree" else None
+            latency, per_byte = self._route_costs(routes, protocol, channels, kind, capped)
             posting = (self._net_overhead(latency, src, dst, protocol) if kind == "ring"
                        else np.zeros_like(latency))
             links = self.topology.links
@@ -420,8 +430,11 @@ class ModelTuner:
             # the tree's ceiling.
             on_peer = (1 / self.topology.tree_channel_bandwidth
                        if kind == "tree" and protocol is Protocol.SIMPLE else 0.0)
+            on_network = (1 / self.topology.net_channel_bandwidth
+                          if capped is not None and capped.any() else 0.0)
             self._shapes[key] = _Shape(np.array([latency[way].sum() for way in ways]),
                                        np.array([per_byte[way].sum() for way in ways]),
+                                       max(on_link, on_pipe, on_peer, on_network),
                                        max(on_link, on_pipe, on_peer),
                                        np.array([posting[way].sum() for way in ways]))
         return self._shapes[key]
@@ -471,11 +484,13 @@ class ModelTuner:
         return np.concatenate(src), np.concatenate(dst), ways
 
     def _route_costs(self, routes: np.ndarray, protocol: Protocol, channels: int,
-                     algorithm: str = "") -> tuple[np.ndarray, np.ndarray]:
+                     algorithm: str = "", capped: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         """Per route (a row of link indices, -1 padded): its latency under ``protocol``
         (and ``algorithm``: ``tree`` has its own),
         and the seconds per byte of one channel's message along it: its slowest link's data
-        rate, or the channel's share of its GPU's rate if that is less."""
+        rate, or the channel's share of its GPU's rate if that is less, and on the routes
+        ``capped`` marks no more than ``Topology.net_channel_bandwidth``."""
         links = self.topology.links
         used = np.unique(routes[routes >= 0])
         latency_of, bandwidth_of = np.zeros(len(links) + 1), np.full(len(links) + 1, np.inf)
@@ -486,5 +501,7 @@ class ModelTuner:
         rate = np.minimum(rate, self.topology.channel_rate(protocol, channels))
         if algorithm == "tree" and protocol is Protocol.SIMPLE:
             rate = np.minimum(rate, self.topology.tree_channel_bandwidth)
+        if capped is not None:
+            rate = np.where(capped, np.minimum(rate, self.topology.net_channel_bandwidth), rate)
         return latency_of[routes].sum(axis=1), 1.0 / rate
 

@@ -42,6 +42,8 @@ def test_the_network_is_the_links_only_routes_between_nodes_cross() -> None:
     assert slower.launch_latency == cluster.launch_latency.scaled(1.0, 3 * US)
     for i, (old, new) in enumerate(zip(cluster.links, slower.links)):
         assert new.bandwidth == old.bandwidth * (0.5 if i in links else 1.0)
+    # A ring channel's ceiling between nodes is the network's too.
+    assert slower.net_channel_bandwidth == cluster.net_channel_bandwidth * 0.5
     with pytest.raises(ValueError, match="launch latency negative"):
         with_cluster_costs(cluster, -1.0, 1.0)
     with pytest.raises(ValueError, match="network rate must be a number > 0"):

@@ -42,14 +42,17 @@ def test_every_published_table_reads_with_its_source(path) -> None:
     ("h100-1node-default-dgxcbench", ("dgx-h100", "nccl_allreduce", {})),
     ("h100-1node-4gpu-default-allgather-ncclcollbench",
      ("dgx-h100:gpus=4", "nccl_all_gather", {})),
-    ("h100-2nodes-ring-nccltests309gj",  # NCCL_ALGO=Ring NCCL_MIN_CTAS=24
-     ("cluster-h100:nodes=2,channels=24", "nccl_allreduce", {"algorithm": "ring"})),
+    ("h100-2nodes-ring-nccltests309gj",  # NCCL_ALGO=Ring NCCL_MIN_CTAS=24, 2 queue pairs
+     ("cluster-h100:nodes=2,channels=24,qps=2", "nccl_allreduce", {"algorithm": "ring"})),
     ("h100-2nodes-nvlstree-nccltests294",
      ("cluster-h100:nodes=2", "nccl_allreduce", {"algorithm": "nvls_tree"})),
     ("h200-2nodes-default-ocisuperant", ("cluster-h200:nodes=2", "nccl_allreduce", {})),
-    ("a100-2nodes-default-ocioke", ("cluster-a100:nodes=2,nic_ports=2", "nccl_allreduce", {})),
-    ("h100-8nodes-default-tuned-nccltests309gj",  # NCCL_MIN_CTAS=24 over NCCL's 16
-     ("cluster-h100:nodes=8,channels=24", "nccl_allreduce", {})),
+    ("h200-2nodes-default-nebiusrunai",  # 2 queue pairs, set by the launcher
+     ("cluster-h200:nodes=2,qps=2", "nccl_allreduce", {})),
+    ("a100-2nodes-default-ocioke",  # 4 queue pairs a connection
+     ("cluster-a100:nodes=2,nic_ports=2,qps=4", "nccl_allreduce", {})),
+    ("h100-8nodes-default-tuned-nccltests309gj",  # NCCL_MIN_CTAS=24, 2 queue pairs
+     ("cluster-h100:nodes=8,channels=24,qps=2", "nccl_allreduce", {})),
     ("h100-1node-ring-allreduce-togethernccl",  # NCCL_ALGO=RING
      ("dgx-h100", "nccl_allreduce", {"algorithm": "ring"})),
     ("h100-1node-ring-allgather-togethernccl",  # NCCL_ALGO=RING

@@ -3,12 +3,14 @@ all-reduce bus bandwidth that nccl-tests reaches on the real machines."""
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from algorithms import nccl_allreduce, ring_allreduce
+from algorithms import nccl_all_gather, nccl_allreduce, ring_allreduce
 from simcomm import Link, SizeOnly, Topology, simulate
 from simcomm.presets import (
     GB, PUBLISHED_BUSBW, US, describe, list_presets, make_preset, ring_allreduce_busbw,
@@ -172,11 +174,45 @@ def test_fewer_nics_are_shared_by_the_gpus_of_a_pcie_switch(gpu):
 
 def test_half_the_nics_halve_a_rail_aligned_ring_across_nodes():
     # Eight rings cross between the nodes, two through each NIC when a node has four: on
-    # 1 GiB the NICs are the bottleneck, so the ring takes about twice as long.
+    # 1 GiB the NICs are the bottleneck, so the ring takes about twice as long (with no
+    # ceiling per channel, which would cap the 8 NICs first).
     inputs = [SizeOnly(2**28, np.float32)] * 16
-    times = {nics: simulate(nccl_allreduce, inputs, make_preset(f"cluster-h100:nics={nics}"),
+    times = {nics: simulate(nccl_allreduce, inputs,
+                            replace(make_preset(f"cluster-h100:nics={nics}"),
+                                    net_channel_bandwidth=math.inf),
                             record=False, algorithm="ring").time for nics in (8, 4)}
     assert 1.8 < times[4] / times[8] < 2.1
+
+
+def test_hopper_rings_level_off_at_the_ceiling_per_channel_between_nodes():
+    # 16 channels over 8 NICs a node: 2 a NIC at 20.2 GB/s each, 323.5 GB/s of busbw where
+    # the NICs carry 384. With 4 GPUs a node, 4 channels a NIC: the NICs bind, as before.
+    def busbw(spec: str, ceiling: bool = True) -> float:
+        topology = make_preset(spec)
+        if not ceiling:
+            topology = replace(topology, net_channel_bandwidth=math.inf)
+        p = topology.size
+        inputs = [SizeOnly(2**27, np.float32)] * p  # 512 MiB, the gathered buffer
+        seconds = simulate(nccl_all_gather, inputs, topology, record=False,
+                           algorithm="ring", protocol="simple").time
+        return 2**29 * (p - 1) / p / seconds / GB
+
+    assert make_preset("cluster-h100:nodes=2").net_channel_bandwidth == 20.2 * GB
+    assert busbw("cluster-h100:nodes=2") == pytest.approx(323.5, rel=0.03)
+    assert busbw("cluster-h100:nodes=2", ceiling=False) > 360
+    # Two queue pairs a connection (NCCL_IB_QPS_PER_CONNECTION=2): the NICs bind again.
+    two = make_preset("cluster-h100:nodes=2,qps=2")
+    assert (two.name, two.net_channel_bandwidth) == ("cluster-h100:nodes=2,qps=2", 40.4 * GB)
+    assert busbw("cluster-h100:nodes=2,qps=2") == pytest.approx(
+        busbw("cluster-h100:nodes=2", ceiling=False), rel=0.01)
+    four = busbw("cluster-h100:nodes=2,gpus=4")
+    assert four == pytest.approx(busbw("cluster-h100:nodes=2,gpus=4", ceiling=False),
+                                 rel=0.01)
+    assert four == pytest.approx(4 * 48, rel=0.05)
+    # B200 nodes have the same NICs; no A100 table shows a ceiling, and their 200 Gb/s NICs
+    # would need only 12 GB/s a channel.
+    assert make_preset("cluster-b200:nodes=2").net_channel_bandwidth == 20.2 * GB
+    assert make_preset("cluster-a100:nodes=2").net_channel_bandwidth == math.inf
 
 
 def test_fattree_uplinks_follow_the_oversubscription():
@@ -197,7 +233,8 @@ def test_fattree_uplinks_follow_the_oversubscription():
     ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus, channels)"),
     ("dgx-h100:gpus=9", "gpus must be at most 8, got 9"),
     ("cluster-h100:fans=4", "has no parameter 'fans' (it takes: nodes, nics, channels, "
-                            "nic_ports, gpus)"),
+                            "nic_ports, gpus, qps)"),
+    ("cluster-h100:qps=0", "qps must be an int >= 1"),
     ("cluster-h100:gpus=0", "gpus must be an int >= 1"),
     ("cluster-h100:gpus=16", "gpus must be at most 8, got 16"),
     ("cluster-h100:gpus=4,nics=4", "give gpus or nics, not both"),

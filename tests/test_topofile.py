@@ -189,7 +189,8 @@ def test_hand_written_file_round_trips():
 
 @pytest.mark.parametrize("spec", [name for name, _ in list_presets()] + [
     "cluster-h100:nodes=3", "fattree-h100:nodes=6,nodes_per_leaf=3,oversubscription=1.5",
-    "pcie-a100:gpus=1", "cluster-a100:nodes=3,nics=2", "dgx-b200:gpus=4"])
+    "pcie-a100:gpus=1", "cluster-a100:nodes=3,nics=2", "dgx-b200:gpus=4",
+    "cluster-h100:nodes=2,qps=2"])
 def test_every_preset_round_trips(spec):
     topology = make_preset(spec)
     again = parse_topology(dump_topology(topology))
@@ -199,6 +200,7 @@ def test_every_preset_round_trips(spec):
     assert [(link.ll_latency, link.ll128_latency) for link in again.links] == [
         (link.ll_latency, link.ll128_latency) for link in topology.links]
     assert any(link.ll_latency is not None for link in again.links)
+    assert again.net_channel_bandwidth == topology.net_channel_bandwidth
 
 
 def test_fattree_spine_links_keep_no_protocol_latencies_through_a_file():
