@@ -56,12 +56,21 @@ def message_level(preset: str, choice: Choice, nbytes: int) -> float:
 TOLERANCE = {"ring": 0.10, "tree": 0.45, "nvls": 0.10, "nvls_tree": 0.15}
 
 
+def candidates(tuner: ModelTuner, nbytes: int) -> dict[Choice, float]:
+    """The tuner's estimates for an all-reduce of ``nbytes``, but the tree under LL at the
+    largest size: its 16 KB chunks make that run take most of these tests' time, and LL at
+    256 MiB is never near the fastest."""
+    return {choice: estimate for choice, estimate in tuner.estimates("allreduce", nbytes).items()
+            if not (nbytes >= SIZES[-1] and choice.algorithm == "tree"
+                    and choice.protocol is Protocol.LL)}
+
+
 @pytest.mark.parametrize("preset", ["dgx-h100", "cluster-h100:nodes=2"])
 def test_estimates_stay_near_the_message_level_times(preset) -> None:
     topology = make_preset(preset)
     tuner = ModelTuner(topology)
     for nbytes in SIZES:
-        for choice, estimate in tuner.estimates("allreduce", max(nbytes // 4, 1) * 4).items():
+        for choice, estimate in candidates(tuner, max(nbytes // 4, 1) * 4).items():
             simulated = message_level(preset, choice, nbytes)
             assert estimate == pytest.approx(simulated, rel=TOLERANCE[choice.algorithm]), (
                 choice, nbytes)
@@ -78,7 +87,7 @@ def test_the_choice_is_within_a_few_percent_of_the_fastest_candidate(preset) -> 
     tuner = ModelTuner(topology)
     for nbytes in SIZES:
         nbytes = max(nbytes // 4, 1) * 4
-        times = [message_level(preset, c, nbytes) for c in tuner.estimates("allreduce", nbytes)]
+        times = [message_level(preset, c, nbytes) for c in candidates(tuner, nbytes)]
         picked = message_level(preset, tuner("allreduce", nbytes), nbytes)
         assert picked <= min(times) * 1.1, nbytes
 
