@@ -413,9 +413,10 @@ class ModelTuner:
             per_node = self.topology.ranks_per_node
             # A ring's hops between nodes, each of a channel at most at the network's
             # ceiling per channel (a tree's channels have a ceiling of their own).
-            capped = (src // per_node != dst // per_node) if kind != "tree" else None
+            between_nodes = src // per_node != dst // per_node
+            capped = between_nodes if kind != "tree" else None
             latency, per_byte = self._route_costs(routes, protocol, channels, kind, capped)
-            posting = (self._net_overhead(latency, src, dst, protocol) if kind == "ring"
+            posting = (self._net_overhead(latency, ~between_nodes, protocol) if kind == "ring"
                        else np.zeros_like(latency))
             links = self.topology.links
             bandwidth = np.array([link.bandwidth for link in links] + [np.inf])
@@ -439,19 +440,19 @@ class ModelTuner:
                                        np.array([posting[way].sum() for way in ways]))
         return self._shapes[key]
 
-    def _net_overhead(self, latency: np.ndarray, src: np.ndarray, dst: np.ndarray,
-                      protocol: Protocol) -> np.ndarray:
-        """What NCCL's tuner adds to the ``latency`` of each hop ``src`` -> ``dst`` of a
-        ring that spans nodes: it takes a step within a node as at least the host's time to
-        post a network send (``Topology.net_overhead``; three times that under Simple), "Inter-node
-        rings still have to launch nsteps * net overhead" (src/graph/tuning.cc, NVIDIA/nccl
-        v2.26.2). Messages do not take it: DeepOps' ring forced under LL on two DGX A100
-        nodes measures 38.6 us for 8 B, where NCCL's model gives 69 us with it."""
+    def _net_overhead(self, latency: np.ndarray, within: np.ndarray, protocol: Protocol
+                      ) -> np.ndarray:
+        """What NCCL's tuner adds to the ``latency`` of each hop of a ring that spans nodes
+        (``within``: the hops that stay in a node): it takes a step within a node as at
+        least the host's time to post a network send (``Topology.net_overhead``; three times
+        that under Simple), "Inter-node rings still have to launch nsteps * net overhead"
+        (src/graph/tuning.cc, NVIDIA/nccl v2.26.2). Messages do not take it: DeepOps' ring
+        forced under LL on two DGX A100 nodes measures 38.6 us for 8 B, where NCCL's model
+        gives 69 us with it."""
         topology = self.topology
         if topology.node_count == 1 or not topology.net_overhead:
             return np.zeros_like(latency)
         floor = topology.net_overhead * (3 if protocol is Protocol.SIMPLE else 1)
-        within = src // topology.ranks_per_node == dst // topology.ranks_per_node
         return np.where(within, np.maximum(floor - latency, 0.0), 0.0)
 
     @staticmethod
