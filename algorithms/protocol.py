@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from bisect import bisect_left, insort
 from collections.abc import Callable, Generator, Hashable
 from typing import Any
 
@@ -127,6 +128,54 @@ class Handle:
                 f"({len(self.buf)} x {self.buf.dtype})")
 
 
+class InFlight:
+    """A rank's posted and not yet waited handles whose buffers have memory, found by the
+    memory they touch. Per device their spans are kept sorted by first byte, so that a
+    check looks only at those that start before its span ends and no further back than
+    the longest span seen there: a rank may have hundreds in flight (a ring on every
+    channel, each in slices)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._by_start: dict[Hashable, list[tuple[int, int, Handle]]] = {}  # (start, seq, h)
+        self._longest: dict[Hashable, int] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, h: Handle) -> None:
+        """Track ``h``, whose ``span`` and ``seq`` are set."""
+        device, start, end = h.span
+        insort(self._by_start.setdefault(device, []), (start, h.seq, h))
+        self._longest[device] = max(self._longest.get(device, 0), end - start)
+        self._count += 1
+
+    def discard(self, h: Handle) -> None:
+        """Stop tracking ``h`` if it is tracked."""
+        if h.span is None:
+            return
+        device, start, _ = h.span
+        entries = self._by_start.get(device, [])
+        i = bisect_left(entries, (start, h.seq))
+        if i < len(entries) and entries[i][2] is h:
+            del entries[i]
+            self._count -= 1
+
+    def overlapping(self, span: Span | None) -> list[Handle]:
+        """The tracked handles whose spans share a byte with ``span``, in posting order."""
+        if span is None or span[1] >= span[2]:
+            return []
+        device, first, end = span
+        entries = self._by_start.get(device)
+        if not entries:
+            return []
+        lo = bisect_left(entries, (first - self._longest[device] + 1,))
+        hi = bisect_left(entries, (end,))
+        found = [h for _, _, h in entries[lo:hi] if overlaps(span, h.span)]
+        found.sort(key=lambda h: h.seq)
+        return found
+
+
 class Interpreter(ABC):
     """What every transport does the same way: dispatching ops and enforcing their rules.
 
@@ -144,7 +193,7 @@ class Interpreter(ABC):
         self.max_ops = max_ops  # ops all tasks may run in all; a bound on runaway loops
         self.ops_left = max_ops
         # Per rank, its posted and not yet waited handles whose buffers have memory.
-        self.in_flight: dict[int, dict[Handle, None]] = {}
+        self.in_flight: dict[int, InFlight] = {}
         self.posted = 0
         self.live_channels: set[tuple[int, Hashable]] = set()
         # on_block as step calls it: None where a transport has nothing to do when a task
@@ -355,7 +404,7 @@ class Interpreter(ABC):
             if flight:
                 self._check_landing(task, handles, flight)
                 for h in handles:
-                    flight.pop(h, None)
+                    flight.discard(h)
         return pending
 
     def check_copy(self, task: Task, op: Copy | Combine) -> None:
@@ -369,13 +418,13 @@ class Interpreter(ABC):
 
     def guard(self, h: Handle) -> None:
         """Check a newly posted handle against the rank's memory in flight, then add it."""
-        flight = self.in_flight.setdefault(h.task.rank, {})
+        flight = self.in_flight.setdefault(h.task.rank, InFlight())
         if h.is_send:
             self._refuse_reading(h.task, h.span, f"posted a {h.describe()}, which reads",
                                  flight)
         self.posted += 1
         h.seq = self.posted
-        flight[h] = None
+        flight.add(h)
 
     def check_local(self, task: Task, what: str, span_of: Callable[[Any], Span | None],
                     reads: tuple[Any, ...] = (), writes: tuple[Any, ...] = ()) -> None:
@@ -386,29 +435,27 @@ class Interpreter(ABC):
         for buf in reads:
             self._refuse_reading(task, span_of(buf), f"{what} reads", flight)
         for buf in writes:
-            span = span_of(buf)
-            for other in flight:
-                if overlaps(span, other.span):
-                    if other.is_send:
-                        raise ProtocolError(
-                            f"rank {task.rank} {what} writes the buffer of its outstanding "
-                            f"{other.describe()}; wait for that send first")
+            for other in flight.overlapping(span_of(buf)):
+                if other.is_send:
                     raise ProtocolError(
-                        f"rank {task.rank} {what} writes memory that its outstanding "
-                        f"{other.describe()} writes; wait for that receive first")
+                        f"rank {task.rank} {what} writes the buffer of its outstanding "
+                        f"{other.describe()}; wait for that send first")
+                raise ProtocolError(
+                    f"rank {task.rank} {what} writes memory that its outstanding "
+                    f"{other.describe()} writes; wait for that receive first")
 
     @staticmethod
     def _refuse_reading(task: Task, span: Span | None, what: str,
-                        flight: dict[Handle, None]) -> None:
-        for other in flight:
-            if not other.is_send and overlaps(span, other.span):
+                        flight: InFlight) -> None:
+        for other in flight.overlapping(span):
+            if not other.is_send:
                 raise ProtocolError(
                     f"rank {task.rank} {what} memory that its outstanding {other.describe()} "
                     "writes; its data may land at any moment: wait for that receive first")
 
     @staticmethod
     def _check_landing(task: Task, handles: tuple[Any, ...],
-                       flight: dict[Handle, None]) -> None:
+                       flight: InFlight) -> None:
         # A receive lands when it is waited: not over a send still to be waited, and not
         # before an overlapping receive posted earlier.
         named: set[Handle] = set()
@@ -416,8 +463,8 @@ class Interpreter(ABC):
             named.add(h)
             if h.is_send or h.span is None:
                 continue
-            for other in flight:
-                if other is h or not overlaps(h.span, other.span):
+            for other in flight.overlapping(h.span):
+                if other is h:
                     continue
                 if other.is_send and other not in handles:
                     raise ProtocolError(

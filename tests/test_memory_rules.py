@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from hypothesis import given
+from hypothesis import strategies as st
 
 from algorithms import SUM, Alloc, Combine, Copy, Divide, Recv, Send, Wait
+from algorithms.protocol import Handle, InFlight, Task, overlaps
 from realcomm import AlgorithmError, Driver, spawn
 from simcomm import ProtocolError, fully_connected, simulate
 
@@ -141,3 +144,31 @@ def test_gloo_refuses_the_same_misuses_with_the_same_words_and_runs_the_legal_on
         assert real[rank][1] == ("ok", [4.0 - 2 * rank] * 4)
         for (algorithm, message), (kind, text) in zip(MISUSES, real[rank][2:]):
             assert kind == "ProtocolError" and message in text, (algorithm.__name__, text)
+
+
+# -- the index of memory in flight ----------------------------------------------------------
+
+spans = st.tuples(st.sampled_from(["cpu", "gpu"]), st.integers(0, 60), st.integers(0, 20)
+                  ).map(lambda t: (t[0], t[1], t[1] + t[2]))  # empty ones too
+
+
+@given(st.lists(st.tuples(spans, st.booleans()), max_size=30), st.lists(spans, max_size=10))
+def test_the_index_of_memory_in_flight_finds_what_a_scan_finds(posted, queries) -> None:
+    # Post handles over (device, first byte, past the last byte) spans, drop some (True),
+    # and ask which overlap each query: the index answers as a scan of every handle does,
+    # in posting order.
+    task = Task(0, 0, iter(()))
+    flight, kept = InFlight(), []
+    for seq, (span, _) in enumerate(posted, 1):
+        h = Handle(task, False, 1, np.empty(0), None, "", span)
+        h.seq = seq
+        flight.add(h)
+        kept.append(h)
+    for h, (_, dropped) in zip(list(kept), posted):
+        if dropped:
+            flight.discard(h)
+            flight.discard(h)  # a second time: nothing
+            kept.remove(h)
+    assert len(flight) == len(kept)
+    for query in queries + [h.span for h in kept]:
+        assert flight.overlapping(query) == [h for h in kept if overlaps(query, h.span)]

@@ -287,12 +287,14 @@ def test_reductions_the_switch_cannot_do_run_outside_it(preset, level) -> None:
     cases = [(np.float32, SUM, True), (np.int32, MAX, True), (np.float16, MAX, True),
              (np.float32, AVG, False), (np.float32, MAX, False), (np.int8, SUM, False),
              (np.float32, PROD, False)]
+    elements = 1 << 28
     if level == "message":
         # Both levels ask the same tuner; the message level, seconds a run here, checks
-        # that its collectives ask it too, one reduction each way.
-        cases = [cases[1], cases[4]]
+        # that its collectives ask it too, one reduction each way, at 128 MiB (where the
+        # tuner takes the switch on both presets) rather than 1 GiB.
+        cases, elements = [cases[1], cases[4]], 1 << 25
     for dtype, op, switch in cases:
-        inputs = [SizeOnly(1 << 28, dtype)] * topology.size
+        inputs = [SizeOnly(elements, dtype)] * topology.size
         picked = simulate(nccl_allreduce, inputs, topology, op=op, level=level)
         assert (picked.launches[0].algorithm == in_switch) == switch, (dtype, op)
     inputs = [SizeOnly(1 << 20, np.float32)] * topology.size
