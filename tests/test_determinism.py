@@ -37,7 +37,8 @@ def fingerprint(result: SimResult) -> tuple:
 
 
 # NVLS's 16 channels by default cost the most per run; three show the same (in)determinism.
-PARAMS = {"nvls_allreduce": {"channels": 3}, "nvls_tree_allreduce": {"channels": 3}}
+PARAMS = {name: {"channels": 3} for name in ("nvls_allreduce", "nvls_tree_allreduce",
+                                              "nvls_reduce_scatter", "nvls_all_gather")}
 
 
 @pytest.mark.parametrize("name", sorted(COLLECTIVES))
