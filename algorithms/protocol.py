@@ -420,7 +420,8 @@ class Interpreter(ABC):
         """Check a newly posted handle against the rank's memory in flight, then add it."""
         flight = self.in_flight.setdefault(h.task.rank, InFlight())
         if h.is_send:
-            self._refuse_reading(h.task, h.span, f"posted a {h.describe()}, which reads",
+            # The words are made only for an error: posting is the simulator's hot path.
+            self._refuse_reading(h.task, h.span, lambda: f"posted a {h.describe()}, which reads",
                                  flight)
         self.posted += 1
         h.seq = self.posted
@@ -433,7 +434,7 @@ class Interpreter(ABC):
         if not flight:
             return
         for buf in reads:
-            self._refuse_reading(task, span_of(buf), f"{what} reads", flight)
+            self._refuse_reading(task, span_of(buf), lambda: f"{what} reads", flight)
         for buf in writes:
             for other in flight.overlapping(span_of(buf)):
                 if other.is_send:
@@ -445,12 +446,12 @@ class Interpreter(ABC):
                     f"{other.describe()} writes; wait for that receive first")
 
     @staticmethod
-    def _refuse_reading(task: Task, span: Span | None, what: str,
+    def _refuse_reading(task: Task, span: Span | None, what: Callable[[], str],
                         flight: InFlight) -> None:
         for other in flight.overlapping(span):
             if not other.is_send:
                 raise ProtocolError(
-                    f"rank {task.rank} {what} memory that its outstanding {other.describe()} "
+                    f"rank {task.rank} {what()} memory that its outstanding {other.describe()} "
                     "writes; its data may land at any moment: wait for that receive first")
 
     @staticmethod
