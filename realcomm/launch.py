@@ -2,9 +2,11 @@
 
 Under torchrun (or any launcher that sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT`` and ``LOCAL_RANK``), each process calls ``init_from_env``. For tests, demos
-and laptops, ``spawn`` starts N processes on this machine itself; they meet at a store that
-this process serves on 127.0.0.1, on a port the operating system picks (so no port is
-guessed, and none can be taken by someone else meanwhile).
+and laptops, ``spawn`` starts N processes on this machine itself (forked from a server
+process that has imported torch once, each with this process's environment and output as
+they are at the start); they meet at a store that this process serves on 127.0.0.1, on a
+port the operating system picks (so no port is guessed, and none can be taken by someone
+else meanwhile).
 
 The backend follows the device unless given: NCCL for CUDA, gloo for the CPU.
 
@@ -406,7 +408,7 @@ def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
                         "a function defined at the top level of a module") from error
     store = dist.TCPStore(LOOPBACK, 0, None, True,
                           timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
-    context = multiprocessing.get_context("spawn")
+    context = _context()
     processes: list[multiprocessing.process.BaseProcess] = []
     results: list[Connection] = []
     error_output: list[_ErrorOutput] = []
@@ -415,13 +417,16 @@ def start(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
         for rank in range(nprocs):
             receiver, sender = context.Pipe(duplex=False)
             error_receiver, error_sender = context.Pipe(duplex=False)
+            # This process's output as it is now (the server forked from has its own).
+            output = Connection(os.dup(1))
             process = context.Process(
                 target=_child, name=f"realcomm-rank{rank}",
                 args=(rank, nprocs, store.port, str(device), backend, timeout, payload,
-                      tuple(args), sender, error_sender))
+                      tuple(args), sender, error_sender, output, dict(os.environ)))
             process.start()
             sender.close()
             error_sender.close()
+            output.close()
             processes.append(process)
             results.append(receiver)
             error_output.append(_ErrorOutput(error_receiver, f"realcomm-rank{rank}-stderr"))
@@ -451,9 +456,28 @@ def _failure(error: BaseException) -> tuple[bool, tuple[str, str]]:
     return False, (traceback.format_exc(), " ".join(line.split()))
 
 
+def _context() -> multiprocessing.context.BaseContext:
+    """How the processes start: forked from a server process that has imported torch once
+    (a fresh interpreter spends about 3 s of CPU importing it, at every start of a test
+    suite or a sweep) and has not initialised CUDA, so that forking is safe. Where there is
+    no fork (Windows), a fresh interpreter each."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "torch.distributed", "realcomm"])
+    return context
+
+
 def _child(rank: int, nprocs: int, port: int, device: str, backend: str | None,
            timeout: float, payload: bytes, args: tuple[Any, ...], results: Connection,
-           error_output: Connection) -> None:
+           error_output: Connection, output: Connection, environment: dict[str, str]
+           ) -> None:
+    # The parent's environment and output as they are now, as a fresh interpreter would
+    # get them (the server forked from keeps those it started with).
+    os.environ.clear()
+    os.environ.update(environment)
+    os.dup2(output.fileno(), 1)
+    output.close()
     os.dup2(error_output.fileno(), 2)  # all of it, the C++ libraries' included
     error_output.close()
     try:
@@ -464,8 +488,9 @@ def _child(rank: int, nprocs: int, port: int, device: str, backend: str | None,
                 f"cannot load the function to run in the spawned process ({error}): it "
                 "must be importable by a new process, defined at the top level of a module "
                 "(not in an interactive session or python -c)") from error
-        if "OMP_NUM_THREADS" not in os.environ:
-            torch.set_num_threads(1)
+        # Said here, not left to torch: it read the server's environment when it loaded.
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else 1)
         store = dist.TCPStore(LOOPBACK, port, None, False,
                               timeout=datetime.timedelta(seconds=timeout))
         _init(rank, device, backend, timeout, store=store, rank=rank, world_size=nprocs)

@@ -5,6 +5,7 @@ buffer changed before its Wait."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -236,6 +237,26 @@ def test_spawn_refuses_a_bad_backend_device_or_timeout_before_any_process_starts
 def test_spawn_refuses_cuda_where_torch_sees_no_gpu() -> None:
     with pytest.raises(ValueError, match="device 'cuda': this torch sees no CUDA GPU"):
         spawn(_one_rank_raises, 2, device="cuda")
+
+
+def _marked_environment(name: str) -> tuple[str | None, int]:
+    return os.environ.get(name), torch.get_num_threads()
+
+
+def test_each_start_hands_the_processes_the_environment_of_that_moment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The processes fork from a server that keeps the environment it started with; each
+    # start still hands them this process's environment as it is then.
+    mark = "REALCOMM_TEST_MARK"
+    monkeypatch.delenv(mark, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert spawn(_marked_environment, 1, (mark,)) == [(None, 1)]  # the server runs now
+    monkeypatch.setenv(mark, "set after the first start")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert spawn(_marked_environment, 2, (mark,)) == [("set after the first start", 2)] * 2
+    monkeypatch.delenv(mark)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert spawn(_marked_environment, 1, (mark,)) == [(None, 1)]
 
 
 def test_spawn_refuses_a_bool_for_a_number_of_processes() -> None:
