@@ -136,19 +136,17 @@ class InFlight:
     channel, each in slices)."""
 
     def __init__(self) -> None:
-        self._count = 0
         self._by_start: dict[Hashable, list[tuple[int, int, Handle]]] = {}  # (start, seq, h)
         self._longest: dict[Hashable, int] = {}
 
     def __len__(self) -> int:
-        return self._count
+        return sum(map(len, self._by_start.values()))
 
     def add(self, h: Handle) -> None:
         """Track ``h``, whose ``span`` and ``seq`` are set."""
         device, start, end = h.span
         insort(self._by_start.setdefault(device, []), (start, h.seq, h))
         self._longest[device] = max(self._longest.get(device, 0), end - start)
-        self._count += 1
 
     def discard(self, h: Handle) -> None:
         """Stop tracking ``h`` if it is tracked."""
@@ -159,7 +157,6 @@ class InFlight:
         i = bisect_left(entries, (start, h.seq))
         if i < len(entries) and entries[i][2] is h:
             del entries[i]
-            self._count -= 1
 
     def overlapping(self, span: Span | None) -> list[Handle]:
         """The tracked handles whose spans share a byte with ``span``, in posting order."""
