@@ -34,9 +34,15 @@ from algorithms.ops import (
 )
 
 
-# NCCL's ring step under Simple (its 4 MiB buffer over NCCL_STEPS = 8 slots) and how many
-# of them are in flight per channel.
-RING_SLICE_BYTES = (4 << 20) // 8
+# NCCL's Simple ring moves a rank's part of a channel in chunks of 4 of its buffer's steps
+# (its 4 MiB buffer over NCCL_STEPS = 8 steps: ALLREDUCE_CHUNKSTEPS and its kin), and hands
+# each chunk on in 2 slices of at least a 32nd of a 2-step slice
+# (src/include/collectives.h, src/device/prims_simple.h, NVIDIA/nccl v2.26.2).
+RING_STEP_BYTES = (4 << 20) // 8
+RING_CHUNK_BYTES = 4 * RING_STEP_BYTES
+RING_MIN_SLICE_BYTES = 2 * RING_STEP_BYTES // 32
+# The most slices a ring step is moved in here: where NCCL cuts a large step finer, each
+# slice's latency hides behind the bytes of the others all the same.
 RING_MAX_SLICES = 8
 
 
@@ -143,7 +149,7 @@ def _pipelined_ring(comm: Comm, order: list[int], chunks: Sequence[Any], op: Red
     p = len(order)
     i = order.index(comm.rank)
     right, left = order[(i + 1) % p], order[(i - 1) % p]
-    count = ring_slices(chunks[0].nbytes) if chunks else 1
+    count = ring_slices(chunks[0].nbytes, wire) if chunks else 1
     slices = [split_even(chunk, count) for chunk in chunks]
     sends = {}  # (chunk, slice) -> its send, not yet waited
     landed: dict[int, tuple[Any, ...]] = {}  # slice -> the last step's receive of it, unwaited
@@ -178,12 +184,17 @@ def _pipelined_ring(comm: Comm, order: list[int], chunks: Sequence[Any], op: Red
         yield Wait(*pending)
 
 
-def ring_slices(chunk_bytes: int) -> int:
-    """How many slices a ring step moves its chunk of ``chunk_bytes`` in: NCCL's ring hands
-    on data in steps of its Simple buffer's NCCL_STEPS-th part (4 MiB / 8, src/init.cc and
-    src/include/device.h) and keeps up to NCCL_STEPS of them in flight, so that a slice's
-    latency hides behind the bytes of the others."""
-    return min(RING_MAX_SLICES, max(1, math.ceil(chunk_bytes / RING_SLICE_BYTES)))
+def ring_slices(chunk_bytes: int, protocol: Protocol) -> int:
+    """How many slices a ring step moves its chunk of ``chunk_bytes`` in under ``protocol``,
+    each passed on as soon as it has come. Under Simple as NCCL cuts it: chunks of
+    ``RING_CHUNK_BYTES``, each in two slices unless a slice would be smaller than
+    ``RING_MIN_SLICE_BYTES``. Under LL and LL128, NCCL hands on every step of its buffer, of
+    about ``RING_STEP_BYTES``. Never more than ``RING_MAX_SLICES``."""
+    if protocol is Protocol.SIMPLE:
+        chunks = max(1, math.ceil(chunk_bytes / RING_CHUNK_BYTES))
+        halves = 2 if chunk_bytes / chunks > RING_MIN_SLICE_BYTES else 1
+        return min(RING_MAX_SLICES, chunks * halves)
+    return min(RING_MAX_SLICES, max(1, math.ceil(chunk_bytes / RING_STEP_BYTES)))
 
 
 def hierarchical_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM,

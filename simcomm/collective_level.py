@@ -740,9 +740,9 @@ def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, 
         per_node = comm.ranks_per_node
         nodes = p // per_node
         chunks = _parts(count, per_node)  # local rank j's chunk goes along rail j
-        within = 2 * p * (per_node - 1) * ring_slices(chunks[0] * itemsize)
-        return within + sum(2 * nodes * (nodes - 1) * ring_slices(_parts(chunk, nodes)[0]
-                                                                   * itemsize)
+        within = 2 * p * (per_node - 1) * ring_slices(chunks[0] * itemsize, choice.protocol)
+        return within + sum(2 * nodes * (nodes - 1)
+                            * ring_slices(_parts(chunk, nodes)[0] * itemsize, choice.protocol)
                             for chunk in chunks)
     if choice.algorithm == "nvls" and collective != "allreduce":
         # Per channel and piece, each rank sends into the switch to, or receives from, every
@@ -763,12 +763,13 @@ def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, 
                                                 comm.ranks_per_node)
         return sum(2 * (p - 1) * max(1, math.ceil(part * itemsize / chunk)) for part in parts)
     if collective == "allreduce":
-        return sum(2 * p * (p - 1) * ring_slices(_parts(part, p)[0] * itemsize)
+        return sum(2 * p * (p - 1) * ring_slices(_parts(part, p)[0] * itemsize, choice.protocol)
                    for part in parts)
     # A reduce-scatter's or all-gather's ring c moves part c of every rank's chunk; its
     # slices follow the chunk of the rank at its first position (rail_ring).
     first = [_parts(length, choice.channels) for length in _parts(count, p)]
-    return sum(p * (p - 1) * ring_slices(first[c % comm.ranks_per_node][c] * itemsize)
+    return sum(p * (p - 1)
+               * ring_slices(first[c % comm.ranks_per_node][c] * itemsize, choice.protocol)
                for c in range(choice.channels))
 
 

@@ -30,7 +30,8 @@ Cost model (alpha-beta with contention):
   peer, at ``Topology.tree_channel_bandwidth``; after a ``Launch`` of a ring (or of the
   hierarchical all-reduce, whose rings span nodes), a message to a peer on another node
   crosses a pipe of its channel's connection to that peer, at
-  ``Topology.net_channel_bandwidth``.
+  ``Topology.net_channel_bandwidth``; and under Simple its channel's pipe holds it
+  ``Topology.ring_slice_gap`` longer than its bytes take.
   NCCL runs each channel on its own SMs, side by side, so a channel's steps pay their
   latency and their bytes one after the other, and the channels together reach the GPU's
   rate.
@@ -232,7 +233,8 @@ class _Simulation(Interpreter):
         self.piped = (any(math.isfinite(topology.channel_rate(protocol, 1))
                           for protocol in Protocol)
                       or math.isfinite(topology.tree_channel_bandwidth)
-                      or math.isfinite(topology.net_channel_bandwidth))
+                      or math.isfinite(topology.net_channel_bandwidth)
+                      or topology.ring_slice_gap > 0)
         self.share = [1] * self.size  # channels of each rank's latest Launch
         self.ranks_per_node = topology.ranks_per_node
         self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
@@ -378,7 +380,8 @@ class _Simulation(Interpreter):
                       route: Route) -> Route:
         # One pipe per (rank, channel), whatever the peer and the protocol; on NCCL's tree
         # under Simple another per peer besides, at the tree's own ceiling, and on a ring
-        # another per peer on another node, at the network's ceiling per channel.
+        # another per peer on another node, at the network's ceiling per channel; under
+        # Simple a ring's channel holds each slice a gap longer.
         share = self.share[src]
         key = (src, dst, channel, share, protocol)
         piped_routes = self.piped_routes_of[src]
@@ -392,22 +395,26 @@ class _Simulation(Interpreter):
                     src // self.ranks_per_node != dst // self.ranks_per_node):
                 piped = self._piped(piped, (src, channel, dst, "net"),
                                     self.topology.net_channel_bandwidth)
+            gap = (self.topology.ring_slice_gap
+                   if piped_routes is self.ring_piped_routes and protocol is _SIMPLE else 0.0)
             piped = self._piped(piped, (src, channel),
-                                self.topology.channel_rate(protocol, share))
+                                self.topology.channel_rate(protocol, share), gap)
             piped_routes[key] = piped
         return piped
 
-    def _piped(self, route: Route, name: tuple[Hashable, ...], rate: float) -> Route:
+    def _piped(self, route: Route, name: tuple[Hashable, ...], rate: float,
+               gap: float = 0.0) -> Route:
         # ``route`` behind the pipe ``name``, a link with no latency that moves ``rate``
-        # bytes a second; the route alone where the rate has no limit.
-        if math.isinf(rate):
+        # bytes a second and holds each message ``gap`` seconds besides; the route alone
+        # where the pipe costs nothing.
+        if math.isinf(rate) and not gap:
             return route
         pipe = self.pipes.get(name)
         if pipe is None:
             pipe = self.pipes[name] = len(self.link_free)
             for per_link in (self.link_free, self.link_bytes, self.link_busy):
                 per_link.append(0)
-        return ((pipe, TICKS_PER_SECOND / rate, 0, 0), *route)
+        return ((pipe, TICKS_PER_SECOND / rate, 0, _ticks(gap)), *route)
 
     def _cross(self, h: _Handle, head: int) -> None:
         # The message's head reaches the next link of its route now. The link serves heads in

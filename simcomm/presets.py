@@ -158,6 +158,13 @@ B200_TREE_CHANNEL_BANDWIDTH = {1: 70.0 / 4 * GB, 2: 42.8 / 4 * GB, 3: 24.0 / 4 *
 # fast (the presets' ``qps``). NCCL's cost model has no such ceiling. A 200 Gb/s NIC needs
 # only 12 GB/s a channel, and no A100 table shows one, so theirs is left open.
 NDR_NET_CHANNEL_BANDWIDTH = 20.2 * GB
+# How long a ring's channel holds each slice it sends under Simple, on top of its bytes
+# (``Topology.ring_slice_gap``), by GPU generation: fitted to the one-node tables that run
+# NCCL's ring under Simple (benchmarks/published; docs/fidelity.md, "A ring's slices under
+# Simple"), Hopper's to the 8- and 4-GPU H100 tables of three hosts, Ampere's to three A100
+# tables. No table runs a B200 ring under Simple on one node; DGX B200 takes Hopper's.
+A100_RING_SLICE_GAP = microseconds(3.0)
+H100_RING_SLICE_GAP = microseconds(2.0)
 # How many channels NCCL runs its rings and trees on. Its topology search finds rings of a
 # speed from its list for the GPU generation (src/graph/search.cc, NVIDIA/nccl v2.26.2):
 # on one node as many of the fastest as the GPU's NVLinks carry (A100: 6 of 40 GB/s in its
@@ -212,6 +219,7 @@ class NodeFigures:
     one_node_rings: tuple[int, float]  # rings NCCL's search finds on one node, their speed
     net_overhead: float  # NCCL's getNetOverhead for the hosts' CPUs, seconds
     net_channel: float = math.inf  # a ring's channel to another node, bytes/second
+    ring_slice_gap: float = 0.0  # seconds a ring's channel holds a slice under Simple
 
     def ll_bandwidth(self, nodes: int) -> float:
         """NCCL's llMaxBw on ``nodes`` nodes."""
@@ -264,14 +272,16 @@ DGX_A100 = NodeFigures(A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM,
                        AMD_HOSTS_LL_BANDWIDTH, A100_LL128_CHANNEL_BANDWIDTH,
                        A100_TREE_CHANNEL_BANDWIDTH, nvls=False,
                        compute_capability=80, one_node_rings=A100_ONE_NODE_RINGS,
-                       net_overhead=AMD_HOSTS_NET_OVERHEAD)
+                       net_overhead=AMD_HOSTS_NET_OVERHEAD,
+                       ring_slice_gap=A100_RING_SLICE_GAP)
 DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
                        NDR_NIC_DATA, PCIE_GEN5_X16_DATA, H100_LL_BANDWIDTH,
                        INTEL_HOSTS_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH,
                        H100_TREE_CHANNEL_BANDWIDTH, nvls=True,
                        compute_capability=90, one_node_rings=H100_ONE_NODE_RINGS,
                        net_overhead=INTEL_HOSTS_NET_OVERHEAD,
-                       net_channel=NDR_NET_CHANNEL_BANDWIDTH)
+                       net_channel=NDR_NET_CHANNEL_BANDWIDTH,
+                       ring_slice_gap=H100_RING_SLICE_GAP)
 DGX_H200 = replace(DGX_H100, hbm=H200_SXM_HBM)
 # DGX B200: eight ConnectX-7 cards for the cluster network, up to 400 Gb/s each (NVIDIA DGX
 # B200 User Guide), so NDR's figure as for DGX H100.
@@ -280,7 +290,8 @@ DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        B200_LL128_CHANNEL_BANDWIDTH, B200_TREE_CHANNEL_BANDWIDTH, nvls=True,
                        compute_capability=100, one_node_rings=B200_ONE_NODE_RINGS,
                        net_overhead=INTEL_HOSTS_NET_OVERHEAD,
-                       net_channel=NDR_NET_CHANNEL_BANDWIDTH)
+                       net_channel=NDR_NET_CHANNEL_BANDWIDTH,
+                       ring_slice_gap=H100_RING_SLICE_GAP)
 
 
 def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: int,
@@ -353,7 +364,8 @@ def _dgx(name: str, node: NodeFigures, gpus: int, channels: int) -> Topology:
     if given:
         name += ":" + ",".join(given)
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
-                                  ll_bandwidth=node.ll_one_node))
+                                  ll_bandwidth=node.ll_one_node,
+                                  ring_slice_gap=node.ring_slice_gap))
     topo = _on_channels(topo, channels, node, 1, GPUS_PER_DGX)
     return with_nvls(topo) if node.nvls else topo
 
@@ -440,7 +452,8 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
                                   ll_bandwidth=node.ll_bandwidth(nodes),
                                   net_overhead=node.net_overhead,
-                                  net_channel_bandwidth=node.net_channel * qps))
+                                  net_channel_bandwidth=node.net_channel * qps,
+                                  ring_slice_gap=node.ring_slice_gap))
     topo = _on_channels(topo, channels, node, nodes, min(nics, gpus), nic_ports)
     return with_nvls(topo) if node.nvls and gpus > 1 else topo
 
@@ -506,7 +519,8 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     topo = with_injection(Topology(
         name, tuple(names), tuple(links), tuple(gpus), (dgx.hbm,) * len(gpus),
         GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes),
-        net_overhead=dgx.net_overhead, net_channel_bandwidth=dgx.net_channel))
+        net_overhead=dgx.net_overhead, net_channel_bandwidth=dgx.net_channel,
+        ring_slice_gap=dgx.ring_slice_gap))
     return with_nvls(_on_channels(topo, 0, dgx, nodes, GPUS_PER_DGX))
 
 
@@ -668,6 +682,9 @@ def describe(topology: Topology) -> str:
     if math.isfinite(topology.net_channel_bandwidth) and topology.node_count > 1:
         lines.append(f"a ring's channel to another node: at most "
                      f"{_gbps(topology.net_channel_bandwidth)}")
+    if topology.ring_slice_gap:
+        lines.append(f"a ring's channel per slice under Simple, besides its bytes: "
+                     f"{_us(topology.ring_slice_gap)}")
     if topology.reducing_switches:
         lines.append(f"reduce and multicast in switch (NVLS): "
                      f"{' '.join(topology.reducing_switches[:4])}"

@@ -102,8 +102,9 @@ def topologies(draw: st.DrawFn, world_size: int) -> Topology:
     """Ring, fully connected, switch or hierarchical topologies of ``world_size`` ranks with
     random bandwidths, latencies and reduction bandwidths, switches that may reduce and
     multicast (NVLS), random extra latency per link, maybe a ceiling per ring channel
-    between nodes (``Topology.net_channel_bandwidth``), and maybe a channel count for the
-    tuner's rings and trees (``Topology.channels``, more than a node's ranks too)."""
+    between nodes (``Topology.net_channel_bandwidth``), maybe a channel count for the
+    tuner's rings and trees (``Topology.channels``, more than a node's ranks too), and
+    maybe a gap per slice of a ring's channel under Simple (``Topology.ring_slice_gap``)."""
     kind = draw(st.sampled_from(("ring", "fully_connected", "switch", "hierarchical")))
     bandwidth, latency = draw(_BANDWIDTHS), draw(_LATENCIES)
     reduce_bandwidth = draw(st.one_of(st.just(math.inf), _BANDWIDTHS))
@@ -129,6 +130,8 @@ def topologies(draw: st.DrawFn, world_size: int) -> Topology:
     max_jitter = draw(_LATENCIES)
     if max_jitter > 0:
         topology = topology.with_latency_jitter(draw(st.integers(0, 2**32 - 1)), max_jitter)
+    if draw(st.booleans()):
+        topology = replace(topology, ring_slice_gap=draw(_LATENCIES))
     return topology
 
 

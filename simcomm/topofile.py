@@ -25,6 +25,8 @@ Two forms. The explicit form lists nodes and links::
     net_channel_bandwidth = "20.2GB/s"  # what one channel of a ring sends per second to
                                      # a peer on another machine, as local_size tells them
                                      # (optional; default: no limit)
+    ring_slice_gap = "1.5us"         # how long a ring's channel holds each slice it sends
+                                     # under Simple besides its bytes (default 0)
     ll128_enabled = false            # whether NCCL weighs LL128 unless told (default true;
                                      # NCCL: only where a node's GPUs talk over NVLink)
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
@@ -70,7 +72,8 @@ Instead of ``gpus`` and ``switches`` a file may list ``nodes`` (every node, in o
                                      # intra_latency_ll, inter_latency_tree, ...
     reduce_bandwidth = "3350GB/s"
     launch_latency = "8.4us"         # optional, as in the explicit form (ll_bandwidth,
-                                     # the switch keys, channels and net_overhead too)
+                                     # the switch keys, channels, net_overhead and
+                                     # ring_slice_gap too)
 
 A link's LL or LL128 latency that no key gives is None: the link's ``latency`` (Simple's)
 applies. A link with no tree latency key has none (its tree messages take its other
@@ -120,7 +123,7 @@ _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
               "tree_channel_bandwidth", "net_channel_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
                  "reducing_switches", "switch_efficiency", "switch_latency", "channels",
-                 "net_overhead")
+                 "net_overhead", "ring_slice_gap")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
@@ -321,6 +324,8 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
         machine["channels"] = reader.count(data["channels"], "channels")
     if "net_overhead" in data:
         machine["net_overhead"] = reader.latency(data["net_overhead"], "net_overhead")
+    if "ring_slice_gap" in data:
+        machine["ring_slice_gap"] = reader.latency(data["ring_slice_gap"], "ring_slice_gap")
     return machine
 
 
@@ -624,6 +629,8 @@ def dump_topology(topology: Topology) -> str:
         doc["channels"] = topology.channels
     if topology.net_overhead:
         doc["net_overhead"] = format_latency(topology.net_overhead)
+    if topology.ring_slice_gap:
+        doc["ring_slice_gap"] = format_latency(topology.ring_slice_gap)
     links = topology.links
     reduce_default = _most_common(topology.reduce_bandwidth)
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}

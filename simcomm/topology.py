@@ -148,7 +148,10 @@ class Topology:
     ``net_channel_bandwidth`` is the most one channel of a ring sends per second to a peer on
     another node (``local_size`` says which ranks share one), under any protocol
     (infinite: none): a ceiling per channel that crosses the network, measured, not in
-    NCCL's cost model. ``ll128_enabled`` says
+    NCCL's cost model. ``ring_slice_gap`` is how long a channel of a ring holds each slice
+    it sends under Simple on top of its bytes: NCCL's Simple kernel waits for the peer's
+    flag before a slice and posts its own after, so a channel's slices pay it one after the
+    other (measured, not in NCCL's cost model; 0: none). ``ll128_enabled`` says
     whether NCCL runs LL128 here unless told to: it enables it by default only where the
     GPUs of a node talk over NVLink (and a NIC is at most a PCIe switch away), so a tuner
     leaves it out elsewhere; a forced LL128 still runs, as with ``NCCL_PROTO=LL128``.
@@ -179,6 +182,7 @@ class Topology:
     ll128_channel_bandwidth: float = math.inf
     tree_channel_bandwidth: float = math.inf
     net_channel_bandwidth: float = math.inf
+    ring_slice_gap: float = 0.0
     ll128_enabled: bool = True
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
@@ -257,6 +261,7 @@ class Topology:
                              f"got {self.switch_efficiency!r}")
         _check_seconds(self.switch_latency, f"topology {self.name!r}: switch_latency")
         _check_seconds(self.net_overhead, f"topology {self.name!r}: net_overhead")
+        _check_seconds(self.ring_slice_gap, f"topology {self.name!r}: ring_slice_gap")
         if self.compute_speed and len(self.compute_speed) != len(self.ranks):
             raise ValueError(f"topology {self.name!r}: compute_speed needs one factor per rank "
                              f"({len(self.ranks)}), got {len(self.compute_speed)}")

@@ -99,6 +99,8 @@ class _Shape:
     # a tree channel's to a peer, a ring channel's to a peer on another node)
     busiest_for_nccl: float  # the same without the last, which NCCL's model lacks
     posting: np.ndarray  # per ring: seconds NCCL's tuner adds once around it (_net_overhead)
+    pipe: float  # seconds per byte of a part on the busiest sender's channel pipe
+    protocol: Protocol
 
 
 def _ring_edges(orders: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
@@ -380,20 +382,22 @@ class ModelTuner:
             self._trees_of_nodes[nodes] = (tree_depth(nodes), load)
         return self._trees_of_nodes[nodes]
 
-    @staticmethod
-    def _rings(shape: _Shape, size: int, steps: int, chunk: float) -> float:
+    def _rings(self, shape: _Shape, size: int, steps: int, chunk: float) -> float:
         """Seconds for the rings of ``shape``, ``size`` ranks each, to move ``steps``
         chunks of ``chunk`` bytes per hop, each in slices (``ring_slices``), pipelined, all
-        at once."""
+        at once; under Simple each slice holds its sender's channel
+        ``Topology.ring_slice_gap`` longer."""
         if steps == 0:
             return 0.0
-        slices = ring_slices(math.ceil(chunk))
+        slices = ring_slices(math.ceil(chunk), shape.protocol)
+        gap = self.topology.ring_slice_gap if shape.protocol is Protocol.SIMPLE else 0.0
         # Per ring: a slice once around it, then the first slice's way through every step
         # and the other slices behind it.
-        moving = chunk / slices * shape.per_byte
+        moving = chunk / slices * shape.per_byte + size * gap
         hop = moving / size
         path = float(((shape.latency + moving) * steps / size + (slices - 1) * hop).max())
-        return max(path, steps * chunk * shape.busiest)
+        return max(path, steps * chunk * shape.busiest,
+                   steps * (chunk * shape.pipe + slices * gap))
 
     def _shape(self, kind: str, comm: Comm, channels: int, protocol: Protocol) -> _Shape:
         """What an estimate of rings or trees needs, whatever the bytes (cached): per ring
@@ -437,7 +441,8 @@ class ModelTuner:
                                        np.array([per_byte[way].sum() for way in ways]),
                                        max(on_link, on_pipe, on_peer, on_network),
                                        max(on_link, on_pipe, on_peer),
-                                       np.array([posting[way].sum() for way in ways]))
+                                       np.array([posting[way].sum() for way in ways]),
+                                       on_pipe, protocol)
         return self._shapes[key]
 
     def _net_overhead(self, latency: np.ndarray, within: np.ndarray, protocol: Protocol

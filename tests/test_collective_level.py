@@ -285,11 +285,11 @@ def test_a_ddp_step_on_16384_gpus_runs_at_the_collective_level() -> None:
 
 def test_auto_counts_each_calls_messages_for_its_size_and_choice(capsys) -> None:
     # A ring's p (p - 1) messages per phase are few on 32 ranks, but NCCL's ring runs on 16
-    # channels in slices: at 2 GiB the message level would step through about 254,000.
+    # channels in slices: at 8 GiB the message level would step through about 254,000.
     from algorithms import nccl_allreduce
     from simcomm.cli import main
     topology = make_preset("cluster-h100:nodes=4")
-    large = simulate(nccl_allreduce, [SizeOnly(2**29, np.float32)] * 32, topology,
+    large = simulate(nccl_allreduce, [SizeOnly(2**31, np.float32)] * 32, topology,
                      level="auto")
     assert large.level == "collective" and large.messages > AUTO_MESSAGE_LIMIT
     assert [launch.describe() for launch in large.launches] == ["ring/SIMPLE/16"]
@@ -297,7 +297,7 @@ def test_auto_counts_each_calls_messages_for_its_size_and_choice(capsys) -> None
                      level="auto")
     assert small.level == "message" and small.messages < AUTO_MESSAGE_LIMIT
     assert main(["bench", "--algorithm", "nccl_allreduce", "--topology",
-                 "cluster-h100:nodes=4", "--sizes", "1MiB,2GiB"]) == 0
+                 "cluster-h100:nodes=4", "--sizes", "1MiB,8GiB"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert ("# level: auto: every message simulated, but a size that would take more than "
             "200,000 is costed at the collective level (its last column says so)") in lines

@@ -274,6 +274,7 @@ def test_describe_shows_link_classes_in_human_units():
     assert "reduce bandwidth: 3350 GB/s on every rank" in text
     assert "ranks 0..15 on: gpu0 gpu1" in text
     assert "posting a network send (weighed by the tuner): 1 us" in text  # Intel hosts
+    assert "a ring's channel per slice under Simple, besides its bytes: 2 us" in text
     assert "network send" not in describe(make_preset("dgx-h100"))  # one node: no network
 
 

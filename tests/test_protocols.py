@@ -12,7 +12,7 @@ import pytest
 from algorithms import (
     Launch, Protocol, Recv, Send, Wait, nccl_ring_allreduce, nccl_tree_allreduce,
 )
-from algorithms.nccl import as_protocol
+from algorithms.nccl import RING_MAX_SLICES, as_protocol, nccl_ring_all_gather, ring_slices
 from simcomm import SizeOnly, simulate
 from simcomm.presets import NCCL_LAUNCH_LATENCY, make_preset
 from simcomm.topology import WIRE_EFFICIENCY, Link, PerProtocol, Topology, fully_connected
@@ -108,6 +108,41 @@ def test_a_rate_of_ll_or_ll128_paces_a_channels_sends_in_its_pipe(protocol, fiel
     assert [s.bytes for s in paced.links] == [s.bytes for s in simple.links]  # pipes not links
     with pytest.raises(ValueError, match=f"{field} must be > 0 bytes/second"):
         replace(topology, **{field: 0.0})
+
+
+def test_nccls_simple_ring_hands_each_chunk_on_in_two_slices() -> None:
+    # Under Simple NCCL cuts a rank's part of a channel in 2 MiB chunks and passes each on
+    # in two slices, none under 32 KiB unless the chunk is (src/device/prims_simple.h);
+    # under LL and LL128 it hands on each 512 KiB step of its buffer.
+    kib = 1 << 10
+    assert [ring_slices(n * kib, Protocol.SIMPLE) for n in (1, 32, 33, 349, 2048, 2049)] == [
+        1, 1, 2, 2, 2, 4]
+    assert ring_slices(100 << 20, Protocol.SIMPLE) == RING_MAX_SLICES
+    assert [ring_slices(n * kib, protocol) for n in (349, 1024) for protocol in (
+        Protocol.LL, Protocol.LL128)] == [1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("protocol", list(Protocol))
+def test_a_rings_channel_holds_each_slice_its_gap_longer_under_simple(protocol) -> None:
+    # One channel between two ranks: a rank's 3 MiB chunk goes in 4 slices under Simple.
+    # The channel's pipe holds each a gap longer than its bytes take (here none: no rate
+    # limit), its bytes crossing the link meanwhile, so with a gap longer than they take the
+    # slices end a gap apart; LL and LL128 pay no gap.
+    gap, chunk = 1e-3, 3 << 20
+    topology = fully_connected(2, BANDWIDTH, 0.0)
+    inputs = [SizeOnly(2 * chunk // 4, np.float32)] * 2
+
+    def seconds(ring_slice_gap: float) -> float:
+        return simulate(nccl_ring_all_gather, inputs, replace(
+            topology, ring_slice_gap=ring_slice_gap), channels=1, protocol=protocol).time
+
+    if protocol is Protocol.SIMPLE:
+        assert seconds(0.0) == pytest.approx(chunk / BANDWIDTH, rel=1e-12)
+        assert seconds(gap) == pytest.approx(4 * gap, rel=1e-12)
+    else:
+        assert seconds(gap) == seconds(0.0)
+    with pytest.raises(ValueError, match="ring_slice_gap must be finite seconds >= 0"):
+        replace(topology, ring_slice_gap=-1e-6)
 
 
 def test_presets_carry_nccls_ll128_ceiling_per_channel() -> None:

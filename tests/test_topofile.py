@@ -490,7 +490,8 @@ def topologies(draw: st.DrawFn) -> Topology:
     launch = draw(st.just(NO_LAUNCH_LATENCY) | st.builds(PerProtocol, LATENCIES, LATENCIES,
                                                            LATENCIES, TREE_LATENCIES))
     return Topology(draw(NAMES), tuple(names), tuple(links), tuple(ranks), tuple(reduce),
-                    launch_latency=launch, net_overhead=draw(LATENCIES))
+                    launch_latency=launch, net_overhead=draw(LATENCIES),
+                    ring_slice_gap=draw(LATENCIES))
 
 
 @given(topologies())

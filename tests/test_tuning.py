@@ -188,7 +188,7 @@ def test_the_tuner_picks_what_nccl_picked_on_an_h200_node_but_at_2_and_8_mib() -
 
 def test_without_nvlink_the_tuner_weighs_no_ll128_but_a_forced_one_runs() -> None:
     # NCCL enables LL128 by default only where a node's GPUs talk over NVLink: on PCIe
-    # cards it picks LL or Simple, though LL128 would simulate faster at 1 to 4 MiB.
+    # cards it picks LL or Simple, though LL128 would simulate faster at 1 and 2 MiB.
     topology = make_preset("pcie-a100")
     tuner = ModelTuner(topology)
     assert not topology.ll128_enabled and make_preset("dgx-a100").ll128_enabled
@@ -196,7 +196,7 @@ def test_without_nvlink_the_tuner_weighs_no_ll128_but_a_forced_one_runs() -> Non
         Protocol.LL, Protocol.SIMPLE}
     assert tuner.best_for("allreduce", 1 << 20, "tree").protocol is not Protocol.LL128
     nccl_allreduce = get_collective("nccl_allreduce").function
-    inputs = [SizeOnly(1 << 20, np.float32)] * topology.size
+    inputs = [SizeOnly(1 << 18, np.float32)] * topology.size
     forced = simulate(nccl_allreduce, inputs, topology, protocol="ll128")
     assert forced.launches[0].describe() == "ring/LL128/8"
     picked = simulate(nccl_allreduce, inputs, topology)
