@@ -25,7 +25,7 @@ Two forms. The explicit form lists nodes and links::
     net_channel_bandwidth = "20.2GB/s"  # what one channel of a ring sends per second to
                                      # a peer on another machine, as local_size tells them
                                      # (optional; default: no limit)
-    ring_slice_gap = "1.5us"         # how long a ring's channel holds each slice it sends
+    ring_slice_gap = "2us"           # how long a ring's channel holds each slice it sends
                                      # under Simple besides its bytes (default 0)
     ll128_enabled = false            # whether NCCL weighs LL128 unless told (default true;
                                      # NCCL: only where a node's GPUs talk over NVLink)

@@ -151,10 +151,11 @@ class Topology:
     NCCL's cost model. ``ring_slice_gap`` is how long a channel of a ring holds each slice
     it sends under Simple on top of its bytes: NCCL's Simple kernel waits for the peer's
     flag before a slice and posts its own after, so a channel's slices pay it one after the
-    other (measured, not in NCCL's cost model; 0: none). ``ll128_enabled`` says
-    whether NCCL runs LL128 here unless told to: it enables it by default only where the
-    GPUs of a node talk over NVLink (and a NIC is at most a PCIe switch away), so a tuner
-    leaves it out elsewhere; a forced LL128 still runs, as with ``NCCL_PROTO=LL128``.
+    other (fitted to published tables, not in NCCL's cost model; 0: none).
+    ``ll128_enabled`` says whether NCCL runs LL128 here unless told to: it enables it by
+    default only where the GPUs of a node talk over NVLink (and a NIC is at most a PCIe
+    switch away), so a tuner leaves it out elsewhere; a forced LL128 still runs, as with
+    ``NCCL_PROTO=LL128``.
     ``injection_bandwidth`` is what one GPU's kernels move per second over all their
     channels together, each channel of a collective an even share (infinite: no limit).
     ``reducing_switches`` are the switch nodes that reduce and multicast in the switch
