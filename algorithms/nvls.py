@@ -48,9 +48,10 @@ from algorithms.ops import (
 # (NCCL_NVLS_CHUNKSIZE's default), NVIDIA/nccl v2.26.2 src/transport/nvls.cc.
 NVLS_CHANNELS = 16
 NVLS_CHUNK_BYTES = 128 * 1024
-# At most this many chunks per channel: past it a larger buffer only makes the simulation
-# slower, since the pipeline's fill is already below 1/32 of its time.
-MAX_CHUNKS = 32
+# At most this many chunks per channel: past it a chunk stands for several of NCCL's, and
+# the pipeline's fill and drain, a few chunks long, take a little more than NCCL's (a
+# sixty-fourth of the time per chunk of lag); more chunks only make the simulation slower.
+MAX_CHUNKS = 64
 # Chunks a channel keeps in flight: the slots of NCCL's buffers between its stages
 # (NCCL_STEPS, src/include/device.h).
 NVLS_STEPS = 8
@@ -112,21 +113,21 @@ def nvls_tree_chunk_bytes(nbytes: int, channels: int, ranks_per_node: int, nodes
 
 
 def pipeline_fill_bytes(nbytes: int, chunk_bytes: int, channels: int, heads: int,
-                        depth: int, registered: bool, one_way: bool = False) -> int:
+                        registered: bool, one_way: bool = False) -> int:
     """The bytes of each GPU's buffer that NCCL's NVLS kernel moves before its pipeline
-    keeps pace. The kernel gives each stage of a chunk's way its own warps, sized so that
-    all keep the same pace (src/device/all_reduce.h): the copy into the NVLS buffer, the
-    reduction in the switch, every node hop up and down a tree ``depth`` hops deep, the
-    multicast, the copy out; buffers registered with NCCL skip the two copies. A
-    reduce-scatter or an all-gather goes ``one_way`` (src/device/reduce_scatter.h,
+    keeps pace, beyond what the messages here pay. The kernel gives each stage of a chunk's
+    way its own warps, sized so that all keep the same pace (src/device/all_reduce.h): the
+    copy into the NVLS buffer, the reduction in the switch, across nodes a hop up and down
+    the tree, the multicast, the copy out; buffers registered with NCCL skip the two
+    copies. A reduce-scatter or an all-gather goes ``one_way`` (src/device/reduce_scatter.h,
     all_gather.h): the copy in and the reduction, or the multicast and the copy out. A
-    round (a chunk per head on every channel) then leaves the last stage one round later
-    for every stage after the first."""
-    if heads == 1 and depth == 0:  # one GPU alone: nothing to pipeline
+    round (a chunk per head on every channel) leaves the last stage one round later for
+    every stage after the first. Here the switch's work and the tree's hops are messages,
+    which pay their own way, so the fill is a round per copy."""
+    if heads == 1:  # one GPU alone: nothing to pipeline
         return 0
     copies = 0 if registered else 1 if one_way else 2
-    stages = 2 * depth + 1 + copies
-    return (stages - 1) * min(nbytes, channels * heads * chunk_bytes)
+    return copies * min(nbytes, channels * heads * chunk_bytes)
 
 
 def nvls_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = NVLS_CHANNELS,
@@ -138,7 +139,7 @@ def nvls_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = NVLS_
     _check(channels, chunk_bytes, registered)
     chunk_bytes = chunk_bytes or nvls_chunk_bytes(x.nbytes, channels, comm.size)
     yield Launch(Protocol.SIMPLE, "nvls", channels, pipeline_fill_bytes(
-        x.nbytes, chunk_bytes, channels, comm.size, 0, registered))
+        x.nbytes, chunk_bytes, channels, comm.size, registered))
     yield from _on_channels(comm, x, op, channels,
                             lambda channel, part: _pipeline(comm, part, op, chunk_bytes))
     return x
@@ -157,7 +158,7 @@ def nvls_tree_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM,
     nodes = comm.size // per_node
     chunk_bytes = chunk_bytes or nvls_tree_chunk_bytes(x.nbytes, channels, per_node, nodes)
     yield Launch(Protocol.SIMPLE, "nvls_tree", channels, pipeline_fill_bytes(
-        x.nbytes, chunk_bytes, channels, per_node, tree_depth(nodes), registered))
+        x.nbytes, chunk_bytes, channels, per_node, registered))
     yield from _on_channels(comm, x, op, channels, lambda channel, part: _tree_pipeline(
         comm, part, op, chunk_bytes, 2 * channel // channels))
     return x
@@ -200,7 +201,7 @@ def _one_way(comm: Comm, x: Any, op: ReduceOp | None, channels: int, chunk_bytes
     # NCCL sizes the chunk from the whole buffer (the gathered one), as for an all-reduce.
     chunk_bytes = chunk_bytes or nvls_chunk_bytes(x.nbytes, channels, p)
     yield Launch(Protocol.SIMPLE, "nvls", channels, pipeline_fill_bytes(
-        x.nbytes, chunk_bytes, channels, p, 0, registered, one_way=True), one_way=True)
+        x.nbytes, chunk_bytes, channels, p, registered, one_way=True), one_way=True)
     if p == 1:
         return
     world = list(range(p))

@@ -590,7 +590,7 @@ def _tuned_cost(machine: Machine, collective: str, count: int, itemsize: int,
     choice = choose(comm, collective, count * itemsize, algorithm, protocol, channels,
                     algorithms, no_switch)
     if choice.algorithm in IN_SWITCH and not choice.channels:  # as the algorithms default
-        choice = Choice(choice.algorithm, choice.protocol, NVLS_CHANNELS)
+        choice = Choice(choice.algorithm, choice.protocol, topology.nvls_channels)
     if count == 0:  # NCCL drops an empty collective before it launches
         return CollectiveCost(np.zeros(topology.size), 0, None, None, None, False)
     return _estimated(machine, collective, choice, count, itemsize)

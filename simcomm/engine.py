@@ -42,7 +42,8 @@ Cost model (alpha-beta with contention):
   switch, the receiver's own contribution too, and once every head is there the sum goes
   on down to the receiver, cut-through as any message, with no reduction charged to the
   receiver's memory. Both move at ``Topology.switch_efficiency`` of their links'
-  bandwidth, under Simple's latencies, and wait ``Topology.switch_latency`` in the switch.
+  bandwidth (after a Launch of NVLS-tree at ``Topology.tree_switch_efficiency``), under
+  Simple's latencies, and wait ``Topology.switch_latency`` in the switch.
   Elsewhere they are plain sends and reducing receives (an ``in_switch`` send then leaves
   when its receive is posted, pulled).
 * A reducing receive, a ``Combine``, a ``Copy`` and a ``Divide`` of n bytes take
@@ -270,8 +271,11 @@ class _Simulation(Interpreter):
         self.messages = 0
         self.launches: list[Launch] = []
         self.reducing = frozenset(topology.reducing_switches)
-        self.in_switch_pace: float | None = None  # bytes/s, found at the first fill
-        self.plans: dict[tuple[int, tuple[int, ...], bool], Any] = {}
+        # Bytes/s of an in-switch pipeline once full, under NVLS and NVLS-tree (True),
+        # found at the first fill; whether each rank's latest Launch is NVLS-tree's.
+        self.in_switch_pace: dict[bool, float] = {}
+        self.nvls_tree = [False] * self.size
+        self.plans: dict[tuple[int, tuple[int, ...], bool, bool], Any] = {}
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -494,7 +498,7 @@ class _Simulation(Interpreter):
     # -- in the switch -------------------------------------------------------------------
 
     def multicast(self, task: _Task, op: Multicast) -> tuple[_Handle, ...]:
-        plan = self._plan(task.rank, op.peers, inbound=False)
+        plan = self._plan(task.rank, op.peers, inbound=False, tree=self.nvls_tree[task.rank])
         if plan is None:
             return super().multicast(task, op)
         up, downs, own = plan
@@ -516,7 +520,8 @@ class _Simulation(Interpreter):
         return tuple(branches)
 
     def recv_reduce(self, task: _Task, op: RecvReduce) -> tuple[_Handle, ...]:
-        group = _Reduction(self._plan(task.rank, op.peers, inbound=True))
+        group = _Reduction(self._plan(task.rank, op.peers, inbound=True,
+                                      tree=self.nvls_tree[task.rank]))
         return tuple(self.recv(task, Recv(peer, op.buf, op.op, op.label), group)
                      for peer in op.peers)
 
@@ -563,9 +568,10 @@ class _Simulation(Interpreter):
         if leg.then is not None:
             leg.then(leg)
 
-    def _switch_route(self, links: Sequence[int], into_switch: bool = False) -> Route:
+    def _switch_route(self, links: Sequence[int], tree: bool, into_switch: bool = False
+                      ) -> Route:
         # The way into the switch carries the switch's own latency on its last link.
-        per_byte = TICKS_PER_SECOND / self.topology.switch_efficiency
+        per_byte = TICKS_PER_SECOND / self.topology.switch_share(tree)
         route = [(i, per_byte / self.links[i].bandwidth, _ticks(self.links[i].latency),
                   _ticks(self.links[i].gap)) for i in links]
         if into_switch and route:
@@ -581,18 +587,18 @@ class _Simulation(Interpreter):
                 return self.links[i].dst, k + 1
         return None
 
-    def _plan(self, rank: int, peers: tuple[int, ...], inbound: bool) -> Any:
+    def _plan(self, rank: int, peers: tuple[int, ...], inbound: bool, tree: bool) -> Any:
         """How a switch carries a reduction into ``rank`` (``inbound``: each peer's way up
         to the switch, the rank's own, and the way down to it) or a multicast from it (the
         way up, the way down to each peer, and back to the rank); None unless one switch
         that reduces and multicasts is on every peer's route, with the shared part of the
-        routes the same links. Cached."""
-        key = (rank, peers, inbound)
+        routes the same links; ``tree``: at NVLS-tree's share of their bandwidth. Cached."""
+        key = (rank, peers, inbound, tree)
         if key not in self.plans:
-            self.plans[key] = self._new_plan(rank, peers, inbound)
+            self.plans[key] = self._new_plan(rank, peers, inbound, tree)
         return self.plans[key]
 
-    def _new_plan(self, rank: int, peers: tuple[int, ...], inbound: bool) -> Any:
+    def _new_plan(self, rank: int, peers: tuple[int, ...], inbound: bool, tree: bool) -> Any:
         if not self.reducing or any(p >= self.size or p == rank for p in peers):
             return None  # a bad peer is reported by the Send or Recv it falls back to
         route = self.topology.route
@@ -609,16 +615,17 @@ class _Simulation(Interpreter):
             downs = {route(p, rank)[k:] for p, (_, k) in splits.items()}
             if len(downs) > 1:
                 return None
-            return ({p: self._switch_route(route(p, rank)[:k], True)
+            return ({p: self._switch_route(route(p, rank)[:k], tree, True)
                      for p, (_, k) in splits.items()},
-                    self._switch_route(route(rank, first)[:own[1]], True),
-                    self._switch_route(downs.pop()))
+                    self._switch_route(route(rank, first)[:own[1]], tree, True),
+                    self._switch_route(downs.pop(), tree))
         ups = {route(rank, p)[:k] for p, (_, k) in splits.items()}
         if len(ups) > 1:
             return None
-        return (self._switch_route(ups.pop(), True),
-                {p: self._switch_route(route(rank, p)[k:]) for p, (_, k) in splits.items()},
-                self._switch_route(route(first, rank)[own[1]:]))
+        return (self._switch_route(ups.pop(), tree, True),
+                {p: self._switch_route(route(rank, p)[k:], tree)
+                 for p, (_, k) in splits.items()},
+                self._switch_route(route(first, rank)[own[1]:], tree))
 
     def _on_arrival(self, event: simpy.Event) -> None:
         send = event.value
@@ -771,6 +778,7 @@ class _Simulation(Interpreter):
         if task.rank == 0:
             self.launches.append(op)
         self.share[task.rank] = op.channels
+        self.nvls_tree[task.rank] = op.algorithm == "nvls_tree"
         tree = op.algorithm == "tree"
         self.routes_of[task.rank] = self.tree_routes if tree else self.routes
         self.simple_routes_of[task.rank] = self.routes_of[task.rank][Protocol.SIMPLE]
@@ -795,9 +803,10 @@ class _Simulation(Interpreter):
         if op.one_way:  # no fill where no GPU shares a switch with another
             return (op.fill_bytes / self.topology.switch_rate(0)
                     if self.topology.ranks_per_node > 1 else 0.0)
-        if self.in_switch_pace is None:
-            self.in_switch_pace = ModelTuner(self.topology).in_switch_pace()
-        return op.fill_bytes / self.in_switch_pace
+        tree = op.algorithm == "nvls_tree"
+        if tree not in self.in_switch_pace:
+            self.in_switch_pace[tree] = ModelTuner(self.topology).in_switch_pace(tree)
+        return op.fill_bytes / self.in_switch_pace[tree]
 
     def footprint(self, task: _Task, op: Footprint) -> None:
         if self.record:

@@ -181,6 +181,16 @@ B200_ONE_NODE_RINGS = (8, 90 * GB)
 # wait in the switch makes up the rest, so the total is NCCL's 25 us.
 NVLS_EFFICIENCY = 5 / 6
 NVLS_SWITCH_LATENCY = microseconds((25.0 - 8.4 - 2 * 3.4) / 2)
+# NVLS-tree's kernel gives a node's copies into and out of the NVLS buffer fewer warps where
+# its channel sends up a tree (src/device/all_reduce.h, v2.26.2: 6 and 5 of 20 warps, against
+# 8 and 7 for NVLS on one node), and no figure of the pace that leaves is published. Fitted
+# to the 2-node tables of four H100 and two H200 clusters (benchmarks/published;
+# docs/fidelity.md, "NVLS-tree's pace"); DGX B200, whose NICs set its pace there, borrows it.
+NVLS_TREE_EFFICIENCY = 0.78
+# How many channels NCCL runs NVLS on: 16 on Hopper, 32 on Blackwell (NVLS_NCHANNELS_SM90
+# and NVLS_NCHANNELS_SM100, NVIDIA/nccl v2.26.2 src/transport/nvls.cc).
+HOPPER_NVLS_CHANNELS = 16
+BLACKWELL_NVLS_CHANNELS = 32
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
 # Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
 # which already covers a message's whole trip across the network.
@@ -220,6 +230,7 @@ class NodeFigures:
     net_overhead: float  # NCCL's getNetOverhead for the hosts' CPUs, seconds
     net_channel: float = math.inf  # a ring's channel to another node, bytes/second
     ring_slice_gap: float = 0.0  # seconds a ring's channel holds a slice under Simple
+    nvls_channels: int = HOPPER_NVLS_CHANNELS  # NCCL's NVLS channels (with ``nvls``)
 
     def ll_bandwidth(self, nodes: int) -> float:
         """NCCL's llMaxBw on ``nodes`` nodes."""
@@ -291,7 +302,8 @@ DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        compute_capability=100, one_node_rings=B200_ONE_NODE_RINGS,
                        net_overhead=INTEL_HOSTS_NET_OVERHEAD,
                        net_channel=NDR_NET_CHANNEL_BANDWIDTH,
-                       ring_slice_gap=H100_RING_SLICE_GAP)
+                       ring_slice_gap=H100_RING_SLICE_GAP,
+                       nvls_channels=BLACKWELL_NVLS_CHANNELS)
 
 
 def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: int,
@@ -345,13 +357,15 @@ def with_injection(topology: Topology) -> Topology:
     return replace(topology, injection_bandwidth=topology.egress_bandwidth(0))
 
 
-def with_nvls(topology: Topology) -> Topology:
+def with_nvls(topology: Topology, channels: int = HOPPER_NVLS_CHANNELS) -> Topology:
     """``topology`` with the NVSwitch of each node (a node named ``switch`` or
-    ``nodeN.switch``) reducing and multicasting as H100's do (the NVLS figures above)."""
+    ``nodeN.switch``) reducing and multicasting as H100's do (the NVLS figures above), NCCL
+    running NVLS on ``channels``."""
     switches = tuple(node for node in topology.nodes
                      if node == "switch" or node.endswith(".switch"))
     return replace(topology, reducing_switches=switches, switch_efficiency=NVLS_EFFICIENCY,
-                   switch_latency=NVLS_SWITCH_LATENCY)
+                   tree_switch_efficiency=NVLS_TREE_EFFICIENCY,
+                   switch_latency=NVLS_SWITCH_LATENCY, nvls_channels=channels)
 
 
 def _dgx(name: str, node: NodeFigures, gpus: int, channels: int) -> Topology:
@@ -367,7 +381,7 @@ def _dgx(name: str, node: NodeFigures, gpus: int, channels: int) -> Topology:
                                   ll_bandwidth=node.ll_one_node,
                                   ring_slice_gap=node.ring_slice_gap))
     topo = _on_channels(topo, channels, node, 1, GPUS_PER_DGX)
-    return with_nvls(topo) if node.nvls else topo
+    return with_nvls(topo, node.nvls_channels) if node.nvls else topo
 
 
 def pcie_a100(gpus: int = 8) -> Topology:
@@ -455,7 +469,7 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
                                   net_channel_bandwidth=node.net_channel * qps,
                                   ring_slice_gap=node.ring_slice_gap))
     topo = _on_channels(topo, channels, node, nodes, min(nics, gpus), nic_ports)
-    return with_nvls(topo) if node.nvls and gpus > 1 else topo
+    return with_nvls(topo, node.nvls_channels) if node.nvls and gpus > 1 else topo
 
 
 def _shared_nics(nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
@@ -521,7 +535,7 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
         GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes),
         net_overhead=dgx.net_overhead, net_channel_bandwidth=dgx.net_channel,
         ring_slice_gap=dgx.ring_slice_gap))
-    return with_nvls(_on_channels(topo, 0, dgx, nodes, GPUS_PER_DGX))
+    return with_nvls(_on_channels(topo, 0, dgx, nodes, GPUS_PER_DGX), dgx.nvls_channels)
 
 
 # -- the registry -----------------------------------------------------------------------------
@@ -689,8 +703,11 @@ def describe(topology: Topology) -> str:
         lines.append(f"reduce and multicast in switch (NVLS): "
                      f"{' '.join(topology.reducing_switches[:4])}"
                      + (" ..." if len(topology.reducing_switches) > 4 else "")
-                     + f" at {topology.switch_efficiency:.3g} of link bandwidth, "
-                       f"{_us(topology.switch_latency)} per op")
+                     + f" at {topology.switch_efficiency:.3g} of link bandwidth"
+                     + (f" ({topology.tree_switch_efficiency:.3g} under NVLS-tree)"
+                        if topology.tree_switch_efficiency is not None else "")
+                     + f", {_us(topology.switch_latency)} per op, on "
+                       f"{topology.nvls_channels} channels")
     reduce = Counter(topology.reduce_bandwidth)
     if len(reduce) == 1:
         lines.append(f"reduce bandwidth: {_gbps(topology.reduce_bandwidth[0])} on every rank")

@@ -124,7 +124,9 @@ def topologies(draw: st.DrawFn, world_size: int) -> Topology:
     if switches and draw(st.booleans()):  # switches that reduce and multicast (NVLS)
         topology = replace(topology, reducing_switches=switches,
                            switch_efficiency=draw(st.floats(0.1, 1.0)),
-                           switch_latency=draw(_LATENCIES))
+                           tree_switch_efficiency=draw(st.none() | st.floats(0.1, 1.0)),
+                           switch_latency=draw(_LATENCIES),
+                           nvls_channels=draw(st.integers(1, 16)))
     if draw(st.booleans()):
         topology = replace(topology, channels=draw(st.integers(1, world_size + 2)))
     max_jitter = draw(_LATENCIES)

@@ -31,6 +31,8 @@ Two forms. The explicit form lists nodes and links::
                                      # NCCL: only where a node's GPUs talk over NVLink)
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
     switch_efficiency = 0.8333       # their share of a link's bandwidth (default 1)
+    tree_switch_efficiency = 0.78    # the same under NVLS-tree (default: as above)
+    nvls_channels = 16               # how many channels NCCL runs NVLS on (default 16)
     switch_latency = "4.9us"         # what each in-switch op waits there (default 0)
     channels = 16                    # how many channels NCCL runs rings and trees on
                                      # (optional; default: one per rank of a machine)
@@ -122,8 +124,9 @@ _TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
 _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
               "tree_channel_bandwidth", "net_channel_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
-                 "reducing_switches", "switch_efficiency", "switch_latency", "channels",
-                 "net_overhead", "ring_slice_gap")
+                 "reducing_switches", "switch_efficiency", "tree_switch_efficiency",
+                 "switch_latency", "nvls_channels", "channels", "net_overhead",
+                 "ring_slice_gap")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
@@ -312,16 +315,18 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
     if "reducing_switches" in data:
         machine["reducing_switches"] = tuple(reader.names(data["reducing_switches"],
                                                           "reducing_switches"))
-    if "switch_efficiency" in data:
-        share = data["switch_efficiency"]
-        if not (isinstance(share, (int, float)) and not isinstance(share, bool)
-                and 0 < share <= 1):
-            raise reader.error("switch_efficiency", f"must be a number in (0, 1], got {share!r}")
-        machine["switch_efficiency"] = float(share)
+    for key in ("switch_efficiency", "tree_switch_efficiency"):
+        if key in data:
+            share = data[key]
+            if not (isinstance(share, (int, float)) and not isinstance(share, bool)
+                    and 0 < share <= 1):
+                raise reader.error(key, f"must be a number in (0, 1], got {share!r}")
+            machine[key] = float(share)
     if "switch_latency" in data:
         machine["switch_latency"] = reader.latency(data["switch_latency"], "switch_latency")
-    if "channels" in data:
-        machine["channels"] = reader.count(data["channels"], "channels")
+    for key in ("nvls_channels", "channels"):
+        if key in data:
+            machine[key] = reader.count(data[key], key)
     if "net_overhead" in data:
         machine["net_overhead"] = reader.latency(data["net_overhead"], "net_overhead")
     if "ring_slice_gap" in data:
@@ -623,8 +628,12 @@ def dump_topology(topology: Topology) -> str:
         doc["reducing_switches"] = list(topology.reducing_switches)
     if topology.switch_efficiency != 1.0:
         doc["switch_efficiency"] = topology.switch_efficiency
+    if topology.tree_switch_efficiency is not None:
+        doc["tree_switch_efficiency"] = topology.tree_switch_efficiency
     if topology.switch_latency:
         doc["switch_latency"] = format_latency(topology.switch_latency)
+    if topology.nvls_channels != Topology.nvls_channels:
+        doc["nvls_channels"] = topology.nvls_channels
     if topology.channels is not None:
         doc["channels"] = topology.channels
     if topology.net_overhead:

@@ -160,8 +160,11 @@ class Topology:
     channels together, each channel of a collective an even share (infinite: no limit).
     ``reducing_switches`` are the switch nodes that reduce and multicast in the switch
     (NVLink SHARP, NVLS: ``Multicast`` and ``RecvReduce``), whose traffic of that kind moves
-    at ``switch_efficiency`` of its links' bandwidth; each such op's data wait
+    at ``switch_efficiency`` of its links' bandwidth, under NVLS-tree (across nodes) at
+    ``tree_switch_efficiency`` of it (None: the same share); each such op's data wait
     ``switch_latency`` seconds in the switch besides their links' latencies.
+    ``nvls_channels`` is how many channels NCCL runs NVLS and NVLS-tree on, the count a
+    tuner gives them.
     ``compute_speed[r]`` is how fast rank r computes against the nominal speed a ``Compute``
     op's seconds are given at (0.8: a GPU 20% slow takes 1.25x as long); empty means every
     rank at 1. ``channels`` is how many channels NCCL runs its rings and trees on here, the
@@ -187,7 +190,9 @@ class Topology:
     ll128_enabled: bool = True
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
+    tree_switch_efficiency: float | None = None
     switch_latency: float = 0.0
+    nvls_channels: int = 16
     compute_speed: tuple[float, ...] = ()
     channels: int | None = None
     net_overhead: float = 0.0
@@ -255,11 +260,18 @@ class Topology:
             if node not in known or node in ranked:
                 raise ValueError(f"topology {self.name!r}: reducing switch {node!r} is not a "
                                  "switch node of the topology")
-        if not (isinstance(self.switch_efficiency, (int, float))
-                and not isinstance(self.switch_efficiency, bool)
-                and 0 < self.switch_efficiency <= 1):
-            raise ValueError(f"topology {self.name!r}: switch_efficiency must be in (0, 1], "
-                             f"got {self.switch_efficiency!r}")
+        for key in ("switch_efficiency", "tree_switch_efficiency"):
+            share = getattr(self, key)
+            if key == "tree_switch_efficiency" and share is None:
+                continue
+            if not (isinstance(share, (int, float)) and not isinstance(share, bool)
+                    and 0 < share <= 1):
+                raise ValueError(f"topology {self.name!r}: {key} must be in (0, 1], "
+                                 f"got {share!r}")
+        try:
+            check_channels(self.nvls_channels)
+        except ValueError as error:
+            raise ValueError(f"topology {self.name!r}: nvls_{error}") from None
         _check_seconds(self.switch_latency, f"topology {self.name!r}: switch_latency")
         _check_seconds(self.net_overhead, f"topology {self.name!r}: net_overhead")
         _check_seconds(self.ring_slice_gap, f"topology {self.name!r}: ring_slice_gap")
@@ -299,9 +311,17 @@ class Topology:
             path = self._routes[key] = self._shortest_path(src, dst)
         return path
 
-    def switch_rate(self, rank: int) -> float:
-        """Bytes per second of in-switch traffic (NVLS) on ``rank``'s way to the switch
-        that reduces for its node: ``switch_efficiency`` of the slowest link on it."""
+    def switch_share(self, tree: bool = False) -> float:
+        """The share of its links' bandwidth in-switch traffic reaches: under NVLS, or
+        (``tree``) under NVLS-tree."""
+        if tree and self.tree_switch_efficiency is not None:
+            return self.tree_switch_efficiency
+        return self.switch_efficiency
+
+    def switch_rate(self, rank: int, tree: bool = False) -> float:
+        """Bytes per second of in-switch traffic (NVLS, or ``tree``: NVLS-tree) on
+        ``rank``'s way to the switch that reduces for its node: ``switch_share`` of the
+        slowest link on it."""
         self._check_rank("switch_rate", rank)
         per_node = self.ranks_per_node
         if per_node == 1:
@@ -309,8 +329,8 @@ class Topology:
                              "other rank, so no in-switch traffic leaves it")
         first = rank - rank % per_node
         mate = first + 1 if rank == first else first  # another GPU of its node
-        return self.switch_efficiency * min(self.links[i].bandwidth
-                                            for i in self.route(rank, mate))
+        return self.switch_share(tree) * min(self.links[i].bandwidth
+                                             for i in self.route(rank, mate))
 
     def route_matrix(self, src: Sequence[int] | np.ndarray, dst: Sequence[int] | np.ndarray
                      ) -> np.ndarray:

@@ -30,9 +30,11 @@ one after the other plus its bytes on the busiest link (NCCL adds the two; the m
 level overlaps them in part), and across nodes each step within a node at least the host's
 time to post a network send (``Topology.net_overhead``), which NCCL charges and its
 messages do not take; it leaves out the ceiling of a ring's channel between nodes
-(``Topology.net_channel_bandwidth``), which NCCL's model does not have. So the pick is
-NCCL's, which is not always the candidate the estimates (and the message level) find
-fastest.
+(``Topology.net_channel_bandwidth``), which NCCL's model does not have. Beyond two nodes it
+weighs NVLS-tree with half its NICs' rate, as NCCL does (``bwInter/2`` for NVLS-tree on
+more than two nodes, src/graph/tuning.cc, NVIDIA/nccl v2.26.2; from v2.28.3 NCCL gives it
+the whole rate). So the pick is NCCL's, which is not always the candidate the estimates
+(and the message level) find fastest.
 
 They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
 the larger of the two terms ignores, so they come out a little low where the two are
@@ -49,8 +51,7 @@ import numpy as np
 from algorithms.nccl import as_protocol, rail_ring, ring_slices
 from algorithms.nccl_tree import double_binary_tree, tree_chunk_bytes, tree_parents
 from algorithms.nvls import (
-    NVLS_CHANNELS, nvls_chunk_bytes, nvls_tree_chunk_bytes, pipeline_chunks,
-    pipeline_fill_bytes, tree_depth,
+    nvls_chunk_bytes, nvls_tree_chunk_bytes, pipeline_chunks, pipeline_fill_bytes, tree_depth,
 )
 from algorithms.ops import Choice, Comm, Protocol
 from algorithms.tuned import IN_SWITCH
@@ -122,7 +123,7 @@ class ModelTuner:
         self._choices: dict[tuple[str, int], Choice] = {}
         self._shapes: dict[tuple[str, int, Protocol], _Shape] = {}
         self._trees_of_nodes: dict[int, tuple[int, float]] = {}
-        self._pace: float | None = None
+        self._pace: dict[tuple[bool, float], float] = {}
 
     def __call__(self, collective: str, nbytes: int) -> Choice:
         key = (collective, nbytes)
@@ -141,16 +142,17 @@ class ModelTuner:
                       for algorithm in CANDIDATES[collective] if algorithm not in IN_SWITCH
                       for protocol in self.protocols()]
         if "nvls" in CANDIDATES[collective] and self.has_nvls():
-            candidates.append(Choice("nvls", Protocol.SIMPLE, NVLS_CHANNELS))
+            candidates.append(Choice("nvls", Protocol.SIMPLE, self.topology.nvls_channels))
         if "nvls_tree" in CANDIDATES[collective] and self.has_nvls_tree():
-            candidates.append(Choice("nvls_tree", Protocol.SIMPLE, NVLS_CHANNELS))
+            candidates.append(Choice("nvls_tree", Protocol.SIMPLE,
+                                     self.topology.nvls_channels))
         return {choice: self.estimate(collective, choice, nbytes) for choice in candidates}
 
     def best_for(self, collective: str, nbytes: int, algorithm: str) -> Choice:
         """The fastest protocol and channels for ``algorithm``, as NCCL chooses when
-        NCCL_ALGO names it (NVLS and NVLS-tree: Simple, on NCCL's 16 channels). As NCCL,
-        refuses NVLS where it cannot run: it needs switches that reduce (NVLink SHARP, from
-        H100's NVSwitch on), and NCCL runs it on one node and NVLS-tree across several only
+        NCCL_ALGO names it (NVLS and NVLS-tree: Simple, on ``Topology.nvls_channels``). As
+        NCCL, refuses NVLS where it cannot run: it needs switches that reduce (NVLink SHARP,
+        from H100's NVSwitch on), and NCCL runs it on one node and NVLS-tree across several only
         (``ncclTopoTuneModel`` in src/graph/tuning.cc disables the others; a forced one then
         fails with ncclInvalidUsage, ``topoGetAlgoInfo`` in src/enqueue.cc)."""
         if algorithm == "nvls" and not (self.topology.reducing_switches and self._one_node()):
@@ -160,7 +162,7 @@ class ModelTuner:
         if algorithm == "nvls_tree" and not self.has_nvls_tree():
             raise ValueError(self._no_in_switch("nvls_tree", "several nodes", "nvls"))
         if algorithm in IN_SWITCH:
-            return Choice(algorithm, Protocol.SIMPLE, NVLS_CHANNELS)
+            return Choice(algorithm, Protocol.SIMPLE, self.topology.nvls_channels)
         return self._fastest(collective, nbytes, (algorithm,))
 
     def best_with(self, collective: str, nbytes: int, protocol: Protocol | str,
@@ -204,8 +206,11 @@ class ModelTuner:
         """What NCCL's tuner makes of ``choice``, estimated at ``seconds`` (see the module
         doc): a ring's launch, its steps' latencies with NCCL's charge for posting network
         sends (``_net_overhead``), and its bytes on the busiest link (as NCCL, with no
-        ceiling per channel between nodes), added up; any other choice its estimate."""
+        ceiling per channel between nodes), added up; NVLS-tree beyond two nodes at half
+        its NICs' rate; any other choice its estimate."""
         p = self.topology.size
+        if choice.algorithm == "nvls_tree" and self.topology.node_count > 2:
+            return self._nvls_tree(choice.channels, nbytes, network=0.5)
         if choice.algorithm != "ring" or p == 1:
             return seconds
         steps, shape = self._ring_steps(collective, choice)
@@ -301,7 +306,7 @@ class ModelTuner:
         rate, pace = topology.switch_rate(0), self.in_switch_pace()
         chunk = nvls_chunk_bytes(nbytes, channels, p)
         chunks = pipeline_chunks(nbytes / channels / p, chunk)
-        fill = pipeline_fill_bytes(nbytes, chunk, channels, p, 0, False)
+        fill = pipeline_fill_bytes(nbytes, chunk, channels, p, False)
         # While the first chunks go up the downlinks idle, for about a slice of a chunk.
         return 2 * step + (nbytes + fill) / pace + nbytes / chunks / p / rate
 
@@ -316,27 +321,29 @@ class ModelTuner:
         rate = topology.switch_rate(0)
         chunk = nvls_chunk_bytes(nbytes, channels, p)
         chunks = pipeline_chunks(nbytes / channels / p, chunk)
-        fill = pipeline_fill_bytes(nbytes, chunk, channels, p, 0, False, one_way=True)
+        fill = pipeline_fill_bytes(nbytes, chunk, channels, p, False, one_way=True)
         return step + (nbytes + fill + nbytes / chunks / p) / rate
 
-    def in_switch_pace(self) -> float:
-        """Bytes of the buffer per second that each GPU's NVLS or NVLS-tree all-reduce
-        moves once its pipeline is full: the pace of the busier of the GPU's way to its
-        switch (the buffer and a slice each way) and, across nodes, its NIC (its slice
-        once per tree edge at its node, half the buffer on each tree) (cached)."""
-        if self._pace is None:
+    def in_switch_pace(self, tree: bool = False, network: float = 1.0) -> float:
+        """Bytes of the buffer per second that each GPU's NVLS or (``tree``) NVLS-tree
+        all-reduce moves once its pipeline is full: the pace of the busier of the GPU's way
+        to its switch (the buffer and a slice each way) and, across nodes, its NIC (its
+        slice once per tree edge at its node, half the buffer on each tree), at ``network``
+        of the NIC's rate (cached)."""
+        key = (tree, network)
+        if key not in self._pace:
             topology = self.topology
             per_node, nodes = topology.ranks_per_node, topology.node_count
             intra = cross = 0.0  # seconds per byte of the buffer through the switch, the NIC
             if per_node > 1:
-                intra = (per_node + 1) / per_node / topology.switch_rate(0)
+                intra = (per_node + 1) / per_node / topology.switch_rate(0, tree)
             if nodes > 1:
                 way = [topology.links[i] for i in topology.route(0, per_node)]
-                cross = self._node_trees(nodes)[1] / per_node / min(
-                    link.bandwidth for link in way)
+                cross = self._node_trees(nodes)[1] / per_node / (network * min(
+                    link.bandwidth for link in way))
             slowest = max(intra, cross)  # 0: one GPU alone, nothing crosses a link
-            self._pace = 1 / slowest if slowest else math.inf
-        return self._pace
+            self._pace[key] = 1 / slowest if slowest else math.inf
+        return self._pace[key]
 
     def _hierarchical(self, comm: Comm, nbytes: int, protocol: Protocol) -> float:
         """Seconds for ``algorithms.nccl.hierarchical_allreduce``: a reduce-scatter in every
@@ -349,7 +356,7 @@ class ModelTuner:
         return (2 * self._rings(within, per_node, per_node - 1, nbytes / per_node)
                 + self._rings(across, nodes, 2 * (nodes - 1), nbytes / per_node / nodes))
 
-    def _nvls_tree(self, channels: int, nbytes: int) -> float:
+    def _nvls_tree(self, channels: int, nbytes: int, network: float = 1.0) -> float:
         """Seconds for NVLS-tree (``algorithms.nvls.nvls_tree_allreduce``): a chunk's way
         into each node's switch and back, and up and down the deepest tree of the nodes;
         then the buffer, a chunk more and the pipeline's fill at the in-switch pace
@@ -365,10 +372,11 @@ class ModelTuner:
         if nodes > 1:
             hop = sum(topology.links[i].latency for i in topology.route(0, per_node))
         if topology.reducing_switches:
-            fill = pipeline_fill_bytes(nbytes, chunk, channels, per_node, depth, False)
+            fill = pipeline_fill_bytes(nbytes, chunk, channels, per_node, False)
         chunks = pipeline_chunks(nbytes / channels / per_node, chunk)
         return (2 * step + 2 * depth * hop
-                + (nbytes * (1 + 1 / (chunks * per_node)) + fill) / self.in_switch_pace())
+                + (nbytes * (1 + 1 / (chunks * per_node)) + fill)
+                / self.in_switch_pace(True, network))
 
     def _node_trees(self, nodes: int) -> tuple[int, float]:
         """The double binary tree over ``nodes`` nodes: its deepest node's depth, and the

