@@ -30,6 +30,7 @@ import numpy as np
 
 from algorithms import ring_allreduce
 from algorithms.harness.catalog import COLLECTIVES
+from algorithms.nvls import NVLS_CHANNELS
 from algorithms.ops import check_channels
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
@@ -187,9 +188,8 @@ NVLS_SWITCH_LATENCY = microseconds((25.0 - 8.4 - 2 * 3.4) / 2)
 # to the 2-node tables of four H100 and two H200 clusters (benchmarks/published;
 # docs/fidelity.md, "NVLS-tree's pace"); DGX B200, whose NICs set its pace there, borrows it.
 NVLS_TREE_EFFICIENCY = 0.78
-# How many channels NCCL runs NVLS on: 16 on Hopper, 32 on Blackwell (NVLS_NCHANNELS_SM90
-# and NVLS_NCHANNELS_SM100, NVIDIA/nccl v2.26.2 src/transport/nvls.cc).
-HOPPER_NVLS_CHANNELS = 16
+# How many channels NCCL runs NVLS on: Hopper's 16 (algorithms.nvls.NVLS_CHANNELS), 32 on
+# Blackwell (NVLS_NCHANNELS_SM100, NVIDIA/nccl v2.26.2 src/transport/nvls.cc).
 BLACKWELL_NVLS_CHANNELS = 32
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
 # Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
@@ -230,7 +230,7 @@ class NodeFigures:
     net_overhead: float  # NCCL's getNetOverhead for the hosts' CPUs, seconds
     net_channel: float = math.inf  # a ring's channel to another node, bytes/second
     ring_slice_gap: float = 0.0  # seconds a ring's channel holds a slice under Simple
-    nvls_channels: int = HOPPER_NVLS_CHANNELS  # NCCL's NVLS channels (with ``nvls``)
+    nvls_channels: int = NVLS_CHANNELS  # NCCL's NVLS channels (with ``nvls``)
 
     def ll_bandwidth(self, nodes: int) -> float:
         """NCCL's llMaxBw on ``nodes`` nodes."""
@@ -357,7 +357,7 @@ def with_injection(topology: Topology) -> Topology:
     return replace(topology, injection_bandwidth=topology.egress_bandwidth(0))
 
 
-def with_nvls(topology: Topology, channels: int = HOPPER_NVLS_CHANNELS) -> Topology:
+def with_nvls(topology: Topology, channels: int = NVLS_CHANNELS) -> Topology:
     """``topology`` with the NVSwitch of each node (a node named ``switch`` or
     ``nodeN.switch``) reducing and multicasting as H100's do (the NVLS figures above), NCCL
     running NVLS on ``channels``."""

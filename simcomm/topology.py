@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from algorithms.nvls import NVLS_CHANNELS
 from algorithms.ops import Protocol, check_channels
 
 # Ranks a builder makes at most: the largest clusters trained on today are about 100,000
@@ -192,7 +193,7 @@ class Topology:
     switch_efficiency: float = 1.0
     tree_switch_efficiency: float | None = None
     switch_latency: float = 0.0
-    nvls_channels: int = 16
+    nvls_channels: int = NVLS_CHANNELS
     compute_speed: tuple[float, ...] = ()
     channels: int | None = None
     net_overhead: float = 0.0
