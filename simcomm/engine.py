@@ -30,8 +30,10 @@ Cost model (alpha-beta with contention):
   peer, at ``Topology.tree_channel_bandwidth``; after a ``Launch`` of a ring (or of the
   hierarchical all-reduce, whose rings span nodes), a message to a peer on another node
   crosses a pipe of its channel's connection to that peer, at
-  ``Topology.net_channel_bandwidth``; and under Simple its channel's pipe holds it
-  ``Topology.ring_slice_gap`` longer than its bytes take.
+  ``Topology.net_channel_bandwidth``; after a ``Launch`` of NVLS-tree, a message to
+  another node crosses a pipe of its sender's, shared by all its channels, at
+  ``Topology.tree_network_share`` of its way's slowest link; and under Simple its
+  channel's pipe holds it ``Topology.ring_slice_gap`` longer than its bytes take.
   NCCL runs each channel on its own SMs, side by side, so a channel's steps pay their
   latency and their bytes one after the other, and the channels together reach the GPU's
   rate.
@@ -235,6 +237,7 @@ class _Simulation(Interpreter):
                           for protocol in Protocol)
                       or math.isfinite(topology.tree_channel_bandwidth)
                       or math.isfinite(topology.net_channel_bandwidth)
+                      or topology.tree_network_share() < 1
                       or topology.ring_slice_gap > 0)
         self.share = [1] * self.size  # channels of each rank's latest Launch
         self.ranks_per_node = topology.ranks_per_node
@@ -252,6 +255,8 @@ class _Simulation(Interpreter):
         # And for a ring's (the hierarchical all-reduce's too), whose messages between
         # nodes cross a pipe of their own.
         self.ring_piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
+        # And for NVLS-tree's, whose sends between nodes share a pipe per rank.
+        self.nvls_tree_piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
         self.simple_routes_of = [self.simple_routes] * self.size
         self.routes_of = [self.routes] * self.size
         self.piped_routes_of = [self.piped_routes] * self.size
@@ -385,20 +390,26 @@ class _Simulation(Interpreter):
         # One pipe per (rank, channel), whatever the peer and the protocol; on NCCL's tree
         # under Simple another per peer besides, at the tree's own ceiling, and on a ring
         # another per peer on another node, at the network's ceiling per channel; under
-        # Simple a ring's channel holds each slice a gap longer.
+        # NVLS-tree one per rank for its sends to other nodes, at the tree's share of its
+        # way; under Simple a ring's channel holds each slice a gap longer.
         share = self.share[src]
         key = (src, dst, channel, share, protocol)
         piped_routes = self.piped_routes_of[src]
         piped = piped_routes.get(key)
         if piped is None:
             piped = route
+            crosses = src // self.ranks_per_node != dst // self.ranks_per_node
             if piped_routes is self.tree_piped_routes and protocol is _SIMPLE:
                 piped = self._piped(piped, (src, channel, dst),
                                     self.topology.tree_channel_bandwidth)
-            elif piped_routes is self.ring_piped_routes and (
-                    src // self.ranks_per_node != dst // self.ranks_per_node):
+            elif piped_routes is self.ring_piped_routes and crosses:
                 piped = self._piped(piped, (src, channel, dst, "net"),
                                     self.topology.net_channel_bandwidth)
+            elif (piped_routes is self.nvls_tree_piped_routes and crosses
+                  and self.topology.tree_network_share() < 1):
+                slowest = min(self.links[i].bandwidth for i, *_ in route)
+                piped = self._piped(piped, (src, "nvls tree net"),
+                                    self.topology.tree_network_share() * slowest)
             gap = (self.topology.ring_slice_gap
                    if piped_routes is self.ring_piped_routes and protocol is _SIMPLE else 0.0)
             piped = self._piped(piped, (src, channel),
@@ -785,6 +796,7 @@ class _Simulation(Interpreter):
         self.piped_routes_of[task.rank] = (
             self.tree_piped_routes if tree
             else self.ring_piped_routes if op.algorithm in ("ring", "hierarchical")
+            else self.nvls_tree_piped_routes if op.algorithm == "nvls_tree"
             else self.piped_routes)
         latency = _ticks(self.topology.launch_latency.of(op.protocol, op.algorithm)
                          + self._fill_seconds(op))

@@ -188,6 +188,10 @@ NVLS_SWITCH_LATENCY = microseconds((25.0 - 8.4 - 2 * 3.4) / 2)
 # to the 2-node tables of four H100 and two H200 clusters (benchmarks/published;
 # docs/fidelity.md, "NVLS-tree's pace"); DGX B200, whose NICs set its pace there, borrows it.
 NVLS_TREE_EFFICIENCY = 0.78
+# On more than two nodes NVLS-tree's sends between nodes reach less than their NICs' rate
+# (``Topology.tree_network_efficiency``): no figure is published; fitted to the 4- and
+# 8-node H100 tables (benchmarks/published; docs/fidelity.md, "NVLS-tree beyond two nodes").
+NVLS_TREE_NETWORK_EFFICIENCY = 0.8
 # How many channels NCCL runs NVLS on: Hopper's 16 (algorithms.nvls.NVLS_CHANNELS), 32 on
 # Blackwell (NVLS_NCHANNELS_SM100, NVIDIA/nccl v2.26.2 src/transport/nvls.cc).
 BLACKWELL_NVLS_CHANNELS = 32
@@ -365,6 +369,7 @@ def with_nvls(topology: Topology, channels: int = NVLS_CHANNELS) -> Topology:
                      if node == "switch" or node.endswith(".switch"))
     return replace(topology, reducing_switches=switches, switch_efficiency=NVLS_EFFICIENCY,
                    tree_switch_efficiency=NVLS_TREE_EFFICIENCY,
+                   tree_network_efficiency=NVLS_TREE_NETWORK_EFFICIENCY,
                    switch_latency=NVLS_SWITCH_LATENCY, nvls_channels=channels)
 
 
@@ -708,6 +713,9 @@ def describe(topology: Topology) -> str:
                         if topology.tree_switch_efficiency is not None else "")
                      + f", {_us(topology.switch_latency)} per op, on "
                        f"{topology.nvls_channels} channels")
+    if topology.reducing_switches and topology.tree_network_share() < 1:
+        lines.append(f"NVLS-tree's sends to other nodes: at "
+                     f"{topology.tree_network_efficiency:.3g} of their way's bandwidth")
     reduce = Counter(topology.reduce_bandwidth)
     if len(reduce) == 1:
         lines.append(f"reduce bandwidth: {_gbps(topology.reduce_bandwidth[0])} on every rank")

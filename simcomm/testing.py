@@ -125,6 +125,7 @@ def topologies(draw: st.DrawFn, world_size: int) -> Topology:
         topology = replace(topology, reducing_switches=switches,
                            switch_efficiency=draw(st.floats(0.1, 1.0)),
                            tree_switch_efficiency=draw(st.none() | st.floats(0.1, 1.0)),
+                           tree_network_efficiency=draw(st.floats(0.1, 1.0)),
                            switch_latency=draw(_LATENCIES),
                            nvls_channels=draw(st.integers(1, 16)))
     if draw(st.booleans()):

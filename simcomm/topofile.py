@@ -32,6 +32,8 @@ Two forms. The explicit form lists nodes and links::
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
     switch_efficiency = 0.8333       # their share of a link's bandwidth (default 1)
     tree_switch_efficiency = 0.78    # the same under NVLS-tree (default: as above)
+    tree_network_efficiency = 0.8    # NVLS-tree's share of a NIC beyond two nodes
+                                     # (default 1)
     nvls_channels = 16               # how many channels NCCL runs NVLS on (default 16)
     switch_latency = "4.9us"         # what each in-switch op waits there (default 0)
     channels = 16                    # how many channels NCCL runs rings and trees on
@@ -125,7 +127,7 @@ _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
               "tree_channel_bandwidth", "net_channel_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
                  "reducing_switches", "switch_efficiency", "tree_switch_efficiency",
-                 "switch_latency", "nvls_channels", "channels", "net_overhead",
+                 "tree_network_efficiency", "switch_latency", "nvls_channels", "channels", "net_overhead",
                  "ring_slice_gap")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
@@ -315,7 +317,7 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
     if "reducing_switches" in data:
         machine["reducing_switches"] = tuple(reader.names(data["reducing_switches"],
                                                           "reducing_switches"))
-    for key in ("switch_efficiency", "tree_switch_efficiency"):
+    for key in ("switch_efficiency", "tree_switch_efficiency", "tree_network_efficiency"):
         if key in data:
             share = data[key]
             if not (isinstance(share, (int, float)) and not isinstance(share, bool)
@@ -630,6 +632,8 @@ def dump_topology(topology: Topology) -> str:
         doc["switch_efficiency"] = topology.switch_efficiency
     if topology.tree_switch_efficiency is not None:
         doc["tree_switch_efficiency"] = topology.tree_switch_efficiency
+    if topology.tree_network_efficiency != 1.0:
+        doc["tree_network_efficiency"] = topology.tree_network_efficiency
     if topology.switch_latency:
         doc["switch_latency"] = format_latency(topology.switch_latency)
     if topology.nvls_channels != Topology.nvls_channels:

@@ -164,6 +164,8 @@ class Topology:
     at ``switch_efficiency`` of its links' bandwidth, under NVLS-tree (across nodes) at
     ``tree_switch_efficiency`` of it (None: the same share); each such op's data wait
     ``switch_latency`` seconds in the switch besides their links' latencies.
+    ``tree_network_efficiency`` is the share of its way's bandwidth that a rank's sends to
+    other nodes reach under NVLS-tree on more than two nodes (``tree_network_share``).
     ``nvls_channels`` is how many channels NCCL runs NVLS and NVLS-tree on, the count a
     tuner gives them.
     ``compute_speed[r]`` is how fast rank r computes against the nominal speed a ``Compute``
@@ -192,6 +194,7 @@ class Topology:
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
     tree_switch_efficiency: float | None = None
+    tree_network_efficiency: float = 1.0
     switch_latency: float = 0.0
     nvls_channels: int = NVLS_CHANNELS
     compute_speed: tuple[float, ...] = ()
@@ -261,7 +264,7 @@ class Topology:
             if node not in known or node in ranked:
                 raise ValueError(f"topology {self.name!r}: reducing switch {node!r} is not a "
                                  "switch node of the topology")
-        for key in ("switch_efficiency", "tree_switch_efficiency"):
+        for key in ("switch_efficiency", "tree_switch_efficiency", "tree_network_efficiency"):
             share = getattr(self, key)
             if key == "tree_switch_efficiency" and share is None:
                 continue
@@ -318,6 +321,12 @@ class Topology:
         if tree and self.tree_switch_efficiency is not None:
             return self.tree_switch_efficiency
         return self.switch_efficiency
+
+    def tree_network_share(self) -> float:
+        """The share of its way's bandwidth that an NVLS-tree rank's sends to other nodes
+        reach: ``tree_network_efficiency`` on more than two nodes, all of it on two (where
+        each tree is a single pair of nodes)."""
+        return self.tree_network_efficiency if self.node_count > 2 else 1.0
 
     def switch_rate(self, rank: int, tree: bool = False) -> float:
         """Bytes per second of in-switch traffic (NVLS, or ``tree``: NVLS-tree) on

@@ -30,11 +30,14 @@ one after the other plus its bytes on the busiest link (NCCL adds the two; the m
 level overlaps them in part), and across nodes each step within a node at least the host's
 time to post a network send (``Topology.net_overhead``), which NCCL charges and its
 messages do not take; it leaves out the ceiling of a ring's channel between nodes
-(``Topology.net_channel_bandwidth``), which NCCL's model does not have. Beyond two nodes it
-weighs NVLS-tree with half its NICs' rate, as NCCL does (``bwInter/2`` for NVLS-tree on
-more than two nodes, src/graph/tuning.cc, NVIDIA/nccl v2.26.2; from v2.28.3 NCCL gives it
-the whole rate). So the pick is NCCL's, which is not always the candidate the estimates
-(and the message level) find fastest.
+(``Topology.net_channel_bandwidth``), which NCCL's model does not have. It weighs
+NVLS-tree as NCCL does too, as its latency plus its bytes at its bandwidth, with no
+pipeline to fill (``ncclTopoGetAlgoTime``, src/graph/tuning.cc, NVIDIA/nccl v2.26.2): here
+the estimate's latencies and pace. Beyond two nodes NCCL gives NVLS-tree half its NICs'
+rate (``bwInter/2``, same file; from v2.28.3 the whole rate), which the pace has in the
+load of the tree on a node's NICs (two slices for every one on two nodes). So the pick is
+NCCL's, which is not always the candidate the estimates (and the message level) find
+fastest.
 
 They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
 the larger of the two terms ignores, so they come out a little low where the two are
@@ -123,7 +126,7 @@ class ModelTuner:
         self._choices: dict[tuple[str, int], Choice] = {}
         self._shapes: dict[tuple[str, int, Protocol], _Shape] = {}
         self._trees_of_nodes: dict[int, tuple[int, float]] = {}
-        self._pace: dict[tuple[bool, float], float] = {}
+        self._pace: dict[bool, float] = {}
 
     def __call__(self, collective: str, nbytes: int) -> Choice:
         key = (collective, nbytes)
@@ -206,11 +209,13 @@ class ModelTuner:
         """What NCCL's tuner makes of ``choice``, estimated at ``seconds`` (see the module
         doc): a ring's launch, its steps' latencies with NCCL's charge for posting network
         sends (``_net_overhead``), and its bytes on the busiest link (as NCCL, with no
-        ceiling per channel between nodes), added up; NVLS-tree beyond two nodes at half
-        its NICs' rate; any other choice its estimate."""
+        ceiling per channel between nodes), added up; NVLS-tree its launch, its latencies
+        and its bytes at its pace, with no pipeline to fill; any other choice its
+        estimate."""
         p = self.topology.size
-        if choice.algorithm == "nvls_tree" and self.topology.node_count > 2:
-            return self._nvls_tree(choice.channels, nbytes, network=0.5)
+        if choice.algorithm == "nvls_tree":
+            return (self.topology.launch_latency.of(choice.protocol, choice.algorithm)
+                    + self._nvls_tree(choice.channels, nbytes, filled=False))
         if choice.algorithm != "ring" or p == 1:
             return seconds
         steps, shape = self._ring_steps(collective, choice)
@@ -324,13 +329,13 @@ class ModelTuner:
         fill = pipeline_fill_bytes(nbytes, chunk, channels, p, False, one_way=True)
         return step + (nbytes + fill + nbytes / chunks / p) / rate
 
-    def in_switch_pace(self, tree: bool = False, network: float = 1.0) -> float:
+    def in_switch_pace(self, tree: bool = False) -> float:
         """Bytes of the buffer per second that each GPU's NVLS or (``tree``) NVLS-tree
         all-reduce moves once its pipeline is full: the pace of the busier of the GPU's way
         to its switch (the buffer and a slice each way) and, across nodes, its NIC (its
-        slice once per tree edge at its node, half the buffer on each tree), at ``network``
-        of the NIC's rate (cached)."""
-        key = (tree, network)
+        slice once per tree edge at its node, half the buffer on each tree), at
+        ``Topology.tree_network_share`` of the NIC's rate (cached)."""
+        key = tree
         if key not in self._pace:
             topology = self.topology
             per_node, nodes = topology.ranks_per_node, topology.node_count
@@ -339,8 +344,8 @@ class ModelTuner:
                 intra = (per_node + 1) / per_node / topology.switch_rate(0, tree)
             if nodes > 1:
                 way = [topology.links[i] for i in topology.route(0, per_node)]
-                cross = self._node_trees(nodes)[1] / per_node / (network * min(
-                    link.bandwidth for link in way))
+                cross = self._node_trees(nodes)[1] / per_node / (
+                    topology.tree_network_share() * min(link.bandwidth for link in way))
             slowest = max(intra, cross)  # 0: one GPU alone, nothing crosses a link
             self._pace[key] = 1 / slowest if slowest else math.inf
         return self._pace[key]
@@ -356,27 +361,27 @@ class ModelTuner:
         return (2 * self._rings(within, per_node, per_node - 1, nbytes / per_node)
                 + self._rings(across, nodes, 2 * (nodes - 1), nbytes / per_node / nodes))
 
-    def _nvls_tree(self, channels: int, nbytes: int, network: float = 1.0) -> float:
+    def _nvls_tree(self, channels: int, nbytes: int, filled: bool = True) -> float:
         """Seconds for NVLS-tree (``algorithms.nvls.nvls_tree_allreduce``): a chunk's way
         into each node's switch and back, and up and down the deepest tree of the nodes;
-        then the buffer, a chunk more and the pipeline's fill at the in-switch pace
-        (``in_switch_pace``)."""
+        then the buffer at the in-switch pace (``in_switch_pace``), and if ``filled`` a
+        chunk more and the pipeline's fill."""
         topology = self.topology
         per_node, nodes = topology.ranks_per_node, topology.node_count
         depth = self._node_trees(nodes)[0]
         chunk = nvls_tree_chunk_bytes(nbytes, channels, per_node, nodes)
-        step = hop = fill = 0.0
+        step = hop = extra = 0.0
         if per_node > 1:
             way = [topology.links[i] for i in topology.route(0, 1)]
             step = sum(link.latency for link in way) + topology.switch_latency
         if nodes > 1:
             hop = sum(topology.links[i].latency for i in topology.route(0, per_node))
-        if topology.reducing_switches:
-            fill = pipeline_fill_bytes(nbytes, chunk, channels, per_node, False)
-        chunks = pipeline_chunks(nbytes / channels / per_node, chunk)
-        return (2 * step + 2 * depth * hop
-                + (nbytes * (1 + 1 / (chunks * per_node)) + fill)
-                / self.in_switch_pace(True, network))
+        if filled:
+            chunks = pipeline_chunks(nbytes / channels / per_node, chunk)
+            extra = nbytes / (chunks * per_node)
+            if topology.reducing_switches:
+                extra += pipeline_fill_bytes(nbytes, chunk, channels, per_node, False)
+        return 2 * step + 2 * depth * hop + (nbytes + extra) / self.in_switch_pace(True)
 
     def _node_trees(self, nodes: int) -> tuple[int, float]:
         """The double binary tree over ``nodes`` nodes: its deepest node's depth, and the

@@ -24,6 +24,7 @@ from realcomm import Driver, spawn
 from simcomm import SizeOnly, hierarchical, simulate, switch
 from simcomm.presets import make_preset
 from simcomm.topofile import TopologyFileError, dump_topology, parse_topology
+from simcomm.tuning import ModelTuner
 
 BANDWIDTH, LATENCY = 100e9, 2e-6  # per link direction; GPU to GPU through the switch
 
@@ -282,6 +283,40 @@ def test_files_keep_nvls_trees_share_and_nvls_channels() -> None:
         parse_topology(text.replace("= 8", "= 65"))
     with pytest.raises(ValueError, match="tree_switch_efficiency must be in"):
         replace(switch(2, BANDWIDTH, LATENCY), tree_switch_efficiency=0.0)
+
+
+def test_files_keep_nvls_trees_share_of_the_network() -> None:
+    cluster = make_preset("cluster-h100:nodes=4")
+    assert cluster.tree_network_efficiency == 0.8
+    assert parse_topology(dump_topology(cluster)) == cluster
+    text = ('kind = "switch"\nranks = 2\nbandwidth = "1GB/s"\nlatency = "1us"\n'
+            'tree_network_efficiency = 0.5\n')
+    assert parse_topology(text).tree_network_efficiency == 0.5
+    with pytest.raises(TopologyFileError, match="tree_network_efficiency: must be a number in"):
+        parse_topology(text.replace("0.5", "0"))
+    with pytest.raises(ValueError, match="tree_network_efficiency must be in"):
+        replace(switch(2, BANDWIDTH, LATENCY), tree_network_efficiency=1.5)
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_nvls_trees_sends_between_nodes_take_their_share_beyond_two_nodes(nodes) -> None:
+    # Switches far faster than the NICs: the NICs set NVLS-tree's pace. At half the NICs'
+    # rate four nodes take about twice as long; two nodes, each tree a single pair, not at
+    # all longer.
+    fast = replace(hierarchical(nodes, 2, BANDWIDTH, LATENCY, BANDWIDTH / 100, LATENCY,
+                                nic_per_gpu=True),
+                   reducing_switches=tuple(f"node{n}.switch" for n in range(nodes)))
+    times = [simulate(nvls_tree_allreduce, [SizeOnly(2**22, np.float32)] * fast.size,
+                      replace(fast, tree_network_efficiency=share), channels=2,
+                      registered=True, record=False).time for share in (1.0, 0.5)]
+    if nodes == 2:
+        assert times[1] == times[0]
+    else:
+        assert times[1] / times[0] == pytest.approx(2, rel=0.02)
+        # The tuner's pace takes the same share.
+        paces = [ModelTuner(replace(fast, tree_network_efficiency=share)).in_switch_pace(True)
+                 for share in (1.0, 0.5)]
+        assert paces[1] == pytest.approx(paces[0] / 2)
 
 
 def test_nvls_tree_moves_at_its_own_share_of_the_links() -> None:
