@@ -127,8 +127,8 @@ _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
               "tree_channel_bandwidth", "net_channel_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
                  "reducing_switches", "switch_efficiency", "tree_switch_efficiency",
-                 "tree_network_efficiency", "switch_latency", "nvls_channels", "channels", "net_overhead",
-                 "ring_slice_gap")
+                 "tree_network_efficiency", "switch_latency", "nvls_channels", "channels",
+                 "net_overhead", "ring_slice_gap")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
