@@ -302,7 +302,7 @@ def test_auto_counts_each_calls_messages_for_its_size_and_choice(capsys) -> None
     assert ("# level: auto: every message simulated, but a size that would take more than "
             "200,000 is costed at the collective level (its last column says so)") in lines
     rows = [line for line in lines if not line.startswith("#")]
-    assert rows[0].endswith(" tree/LL128/16")
+    assert rows[0].endswith(" nvls_tree/SIMPLE/16")
     assert rows[1].endswith(" ring/SIMPLE/16 (collective level)")
     assert float(rows[1].split()[5]) == pytest.approx(large.time * 1e6, rel=1e-3)
 
