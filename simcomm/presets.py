@@ -189,8 +189,9 @@ NVLS_SWITCH_LATENCY = microseconds((25.0 - 8.4 - 2 * 3.4) / 2)
 # docs/fidelity.md, "NVLS-tree's pace"); DGX B200, whose NICs set its pace there, borrows it.
 NVLS_TREE_EFFICIENCY = 0.78
 # On more than two nodes NVLS-tree's sends between nodes reach less than their NICs' rate
-# (``Topology.tree_network_efficiency``): no figure is published; fitted to the 4- and
-# 8-node H100 tables (benchmarks/published; docs/fidelity.md, "NVLS-tree beyond two nodes").
+# (``Topology.tree_network_efficiency``): no figure is published; fitted to the two 4-node
+# H100 tables of nccl-tests #309 (the 8-node one gives 6.3% at 0.8 and 0.85 alike;
+# benchmarks/published; docs/fidelity.md, "NVLS-tree beyond two nodes").
 NVLS_TREE_NETWORK_EFFICIENCY = 0.8
 # How many channels NCCL runs NVLS on: Hopper's 16 (algorithms.nvls.NVLS_CHANNELS), 32 on
 # Blackwell (NVLS_NCHANNELS_SM100, NVIDIA/nccl v2.26.2 src/transport/nvls.cc).
