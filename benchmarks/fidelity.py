@@ -112,11 +112,14 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
     if ports and count > 1 and int(ports.group(1)) != 1:  # ports that share a NIC's rate
         preset += f",nic_ports={ports.group(1)}"
     settings = table.header.get("algorithm", "") + " " + table.header.get("command", "")
-    # NCCL_MIN_CTAS or NCCL_MIN_NCHANNELS raise NCCL's channel count to at least theirs.
-    minimum = re.search(r"NCCL_MIN_(?:CTAS|NCHANNELS)=(\d+)", settings)
+    # NCCL_MIN_CTAS or NCCL_MIN_NCHANNELS raise NCCL's channel count to at least theirs;
+    # NCCL_MIN_CTAS raises NVLS's too (src/transport/nvls.cc).
+    minimum = re.search(r"NCCL_MIN_(CTAS|NCHANNELS)=(\d+)", settings)
     if minimum:
-        channels = max(int(minimum.group(1)), make_preset(preset).channels or 0)
-        preset += f"{',' if ':' in preset else ':'}channels={channels}"
+        least, topology = int(minimum.group(2)), make_preset(preset)
+        preset += f"{',' if ':' in preset else ':'}channels={max(least, topology.channels or 0)}"
+        if minimum.group(1) == "CTAS" and topology.reducing_switches:
+            preset += f",nvls_channels={max(least, topology.nvls_channels)}"
     # Queue pairs per connection lift the ceiling of a channel between nodes.
     qps = re.search(r"NCCL_IB_QPS_PER_CONNECTION=(\d+)", settings)
     if qps and count > 1 and int(qps.group(1)) != 1:

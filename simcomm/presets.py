@@ -31,7 +31,7 @@ import numpy as np
 from algorithms import ring_allreduce
 from algorithms.harness.catalog import COLLECTIVES
 from algorithms.nvls import NVLS_CHANNELS
-from algorithms.ops import check_channels
+from algorithms.ops import MAX_CHANNELS, check_channels
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
 from simcomm.topology import (
@@ -336,22 +336,27 @@ def dgx_a100(gpus: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
     return _dgx("dgx-a100", DGX_A100, gpus, channels)
 
 
-def dgx_h100(gpus: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
+def dgx_h100(gpus: int = GPUS_PER_DGX, channels: int = 0,
+             nvls_channels: int = 0) -> Topology:
     """DGX H100: 8 H100 SXM5 on NVSwitch, or the first ``gpus`` of them; the NVSwitch
-    reduces and multicasts (NVLS). ``channels`` as for ``dgx_a100``."""
-    return _dgx("dgx-h100", DGX_H100, gpus, channels)
+    reduces and multicasts (NVLS). ``channels`` as for ``dgx_a100``; ``nvls_channels`` for
+    NVLS and NVLS-tree (NCCL_NVLS_NCHANNELS; 0: NCCL's count, 16, 32 on B200). NCCL_MIN_CTAS
+    raises both counts to at least its own."""
+    return _dgx("dgx-h100", DGX_H100, gpus, channels, nvls_channels)
 
 
-def dgx_h200(gpus: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
+def dgx_h200(gpus: int = GPUS_PER_DGX, channels: int = 0,
+             nvls_channels: int = 0) -> Topology:
     """DGX H200: DGX H100 with H200's memory (141 GB at 4.8 TB/s), or the first ``gpus``
-    of its 8 GPUs. ``channels`` as for ``dgx_a100``."""
-    return _dgx("dgx-h200", DGX_H200, gpus, channels)
+    of its 8 GPUs. ``channels`` and ``nvls_channels`` as for ``dgx_h100``."""
+    return _dgx("dgx-h200", DGX_H200, gpus, channels, nvls_channels)
 
 
-def dgx_b200(gpus: int = GPUS_PER_DGX, channels: int = 0) -> Topology:
+def dgx_b200(gpus: int = GPUS_PER_DGX, channels: int = 0,
+             nvls_channels: int = 0) -> Topology:
     """DGX B200: 8 B200 on fifth-generation NVSwitch (NVLS), or the first ``gpus`` of
-    them. ``channels`` as for ``dgx_a100``."""
-    return _dgx("dgx-b200", DGX_B200, gpus, channels)
+    them. ``channels`` and ``nvls_channels`` as for ``dgx_h100``."""
+    return _dgx("dgx-b200", DGX_B200, gpus, channels, nvls_channels)
 
 
 def with_injection(topology: Topology) -> Topology:
@@ -374,20 +379,31 @@ def with_nvls(topology: Topology, channels: int = NVLS_CHANNELS) -> Topology:
                    switch_latency=NVLS_SWITCH_LATENCY, nvls_channels=channels)
 
 
-def _dgx(name: str, node: NodeFigures, gpus: int, channels: int) -> Topology:
+def _dgx(name: str, node: NodeFigures, gpus: int, channels: int,
+         nvls_channels: int = 0) -> Topology:
     _positive_int("gpus", gpus)
     if gpus > GPUS_PER_DGX:
         raise ValueError(f"gpus must be at most {GPUS_PER_DGX}, got {gpus}")
+    nvls_count = _nvls_count(nvls_channels, node)
     topo = switch(gpus, node.nvlink, NVLINK_STEP_LATENCY, node.hbm)
     given = [f"{key}={value}" for key, value, default in
-             (("gpus", gpus, GPUS_PER_DGX), ("channels", channels, 0)) if value != default]
+             (("gpus", gpus, GPUS_PER_DGX), ("channels", channels, 0),
+              ("nvls_channels", nvls_channels, 0)) if value != default]
     if given:
         name += ":" + ",".join(given)
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
                                   ll_bandwidth=node.ll_one_node,
                                   ring_slice_gap=node.ring_slice_gap))
     topo = _on_channels(topo, channels, node, 1, GPUS_PER_DGX)
-    return with_nvls(topo, node.nvls_channels) if node.nvls else topo
+    return with_nvls(topo, nvls_count) if node.nvls else topo
+
+
+def _nvls_count(nvls_channels: int, node: NodeFigures) -> int:
+    # The channels NCCL runs NVLS on: NCCL_NVLS_NCHANNELS where given, else its own count.
+    if type(nvls_channels) is not int or not 0 <= nvls_channels <= MAX_CHANNELS:
+        raise ValueError(f"nvls_channels must be an int from 0 to {MAX_CHANNELS} (0: NCCL's "
+                         f"{node.nvls_channels}), got {nvls_channels!r}")
+    return nvls_channels or node.nvls_channels
 
 
 def pcie_a100(gpus: int = 8) -> Topology:
@@ -419,30 +435,38 @@ def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
 
 
 def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
+                 nvls_channels: int = 0) -> Topology:
     """DGX H100 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` as for
-    ``cluster_a100``."""
-    return _cluster("cluster-h100", DGX_H100, nodes, nics, channels, nic_ports, gpus, qps)
+    ``cluster_a100``, ``nvls_channels`` as for ``dgx_h100``."""
+    return _cluster("cluster-h100", DGX_H100, nodes, nics, channels, nic_ports, gpus, qps,
+                    nvls_channels)
 
 
 def cluster_h200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1) -> Topology:
-    """DGX H200 nodes, networked as ``cluster-h100``."""
-    return _cluster("cluster-h200", DGX_H200, nodes, nics, channels, nic_ports, gpus, qps)
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
+                 nvls_channels: int = 0) -> Topology:
+    """DGX H200 nodes, networked as ``cluster-h100``; parameters as for ``cluster_h100``."""
+    return _cluster("cluster-h200", DGX_H200, nodes, nics, channels, nic_ports, gpus, qps,
+                    nvls_channels)
 
 
 def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
-                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1) -> Topology:
+                 nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
+                 nvls_channels: int = 0) -> Topology:
     """DGX B200 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
-    node, each shared by the GPUs of its PCIe switch; ``channels`` as for
-    ``cluster_a100``."""
-    return _cluster("cluster-b200", DGX_B200, nodes, nics, channels, nic_ports, gpus, qps)
+    node, each shared by the GPUs of its PCIe switch; parameters as for
+    ``cluster_h100``."""
+    return _cluster("cluster-b200", DGX_B200, nodes, nics, channels, nic_ports, gpus, qps,
+                    nvls_channels)
 
 
 def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: int,
-             nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1) -> Topology:
+             nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
+             nvls_channels: int = 0) -> Topology:
     _positive_int("nodes", nodes)
+    nvls_count = _nvls_count(nvls_channels, node)
     _positive_int("nics", nics)
     _positive_int("qps", qps)
     if _positive_int("gpus", gpus) > GPUS_PER_DGX:
@@ -469,13 +493,15 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
         name += f",nic_ports={nic_ports}"
     if qps != 1:
         name += f",qps={qps}"
+    if nvls_channels:
+        name += f",nvls_channels={nvls_channels}"
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
                                   ll_bandwidth=node.ll_bandwidth(nodes),
                                   net_overhead=node.net_overhead,
                                   net_channel_bandwidth=node.net_channel * qps,
                                   ring_slice_gap=node.ring_slice_gap))
     topo = _on_channels(topo, channels, node, nodes, min(nics, gpus), nic_ports)
-    return with_nvls(topo, node.nvls_channels) if node.nvls and gpus > 1 else topo
+    return with_nvls(topo, nvls_count) if node.nvls and gpus > 1 else topo
 
 
 def _shared_nics(nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
@@ -557,28 +583,35 @@ class Preset:
     params: tuple[tuple[str, int | float], ...] = ()
 
 
+# The parameters of a DGX preset whose NVSwitch reduces: nvls_channels is
+# NCCL_NVLS_NCHANNELS, the channels NCCL runs NVLS and NVLS-tree on (0: its own count).
+_NVLS_DGX_PARAMS = (("gpus", GPUS_PER_DGX), ("channels", 0), ("nvls_channels", 0))
+
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
     Preset("dgx-a100", "8x A100 80GB SXM4 on NVSwitch: 240 GB/s NVLink data rate per GPU "
            "per direction, HBM 2039 GB/s (gpus=8: fewer take part; channels=0: NCCL's)",
            dgx_a100, (("gpus", GPUS_PER_DGX), ("channels", 0))),
     Preset("dgx-h100", "8x H100 SXM5 on NVSwitch: 370.8 GB/s NVLink data rate per GPU per "
-           "direction, NVLS, HBM 3350 GB/s (gpus=8: fewer take part; channels=0: NCCL's)",
-           dgx_h100, (("gpus", GPUS_PER_DGX), ("channels", 0))),
+           "direction, NVLS, HBM 3350 GB/s (gpus=8: fewer take part; channels=0 and "
+           "nvls_channels=0: NCCL's)", dgx_h100, _NVLS_DGX_PARAMS),
     Preset("dgx-h200", "8x H200 SXM on NVSwitch: as dgx-h100, HBM 4800 GB/s (gpus=8: fewer "
-           "take part; channels=0: NCCL's)", dgx_h200, (("gpus", GPUS_PER_DGX), ("channels", 0))),
+           "take part; channels=0 and nvls_channels=0: NCCL's)", dgx_h200, _NVLS_DGX_PARAMS),
     Preset("dgx-b200", "8x B200 on NVSwitch: 720 GB/s NVLink data rate per GPU per direction, "
-           "NVLS, HBM 8000 GB/s (gpus=8: fewer take part; channels=0: NCCL's)", dgx_b200,
-           (("gpus", GPUS_PER_DGX), ("channels", 0))),
+           "NVLS, HBM 8000 GB/s (gpus=8: fewer take part; channels=0 and nvls_channels=0: "
+           "NCCL's)", dgx_b200, _NVLS_DGX_PARAMS),
     Preset("pcie-a100", "A100 80GB PCIe cards on one PCIe Gen4 x16 switch, 24 GB/s per GPU "
            "per direction (gpus=8)", pcie_a100, (("gpus", 8),)),
     *(Preset(f"cluster-{gpu}", f"DGX {gpu.upper()} nodes, one {nic} Gb/s NIC per GPU into one "
              "network switch (nodes=2, nics=8: NICs per node, channels=0: NCCL's, "
              "nic_ports=1: ports sharing a NIC's rate, gpus=8: fewer per node take part, "
-             "qps=1: NCCL_IB_QPS_PER_CONNECTION)",
+             "qps=1: NCCL_IB_QPS_PER_CONNECTION"
+             + (", nvls_channels=0: NCCL's)" if nvls else ")"),
              build, (("nodes", 2), ("nics", GPUS_PER_DGX), ("channels", 0), ("nic_ports", 1),
-                     ("gpus", GPUS_PER_DGX), ("qps", 1)))
-      for gpu, nic, build in (("h100", 400, cluster_h100), ("a100", 200, cluster_a100),
-                              ("h200", 400, cluster_h200), ("b200", 400, cluster_b200))),
+                     ("gpus", GPUS_PER_DGX), ("qps", 1)) + (("nvls_channels", 0),) * nvls)
+      for gpu, nic, build, nvls in (("h100", 400, cluster_h100, True),
+                                    ("a100", 200, cluster_a100, False),
+                                    ("h200", 400, cluster_h200, True),
+                                    ("b200", 400, cluster_b200, True))),
     Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "
            "(nodes=4, nodes_per_leaf=2, oversubscription=1)", fattree_h100,
            (("nodes", 4), ("nodes_per_leaf", 2), ("oversubscription", 1.0))),

@@ -43,7 +43,8 @@ def test_every_published_table_reads_with_its_source(path) -> None:
     ("h100-1node-4gpu-default-allgather-ncclcollbench",
      ("dgx-h100:gpus=4", "nccl_all_gather", {})),
     ("h100-2nodes-ring-nccltests309gj",  # NCCL_ALGO=Ring NCCL_MIN_CTAS=24, 2 queue pairs
-     ("cluster-h100:nodes=2,channels=24,qps=2", "nccl_allreduce", {"algorithm": "ring"})),
+     ("cluster-h100:nodes=2,channels=24,nvls_channels=24,qps=2", "nccl_allreduce",
+      {"algorithm": "ring"})),
     ("h100-2nodes-nvlstree-nccltests294",
      ("cluster-h100:nodes=2", "nccl_allreduce", {"algorithm": "nvls_tree"})),
     ("h200-2nodes-default-ocisuperant", ("cluster-h200:nodes=2", "nccl_allreduce", {})),
@@ -51,8 +52,8 @@ def test_every_published_table_reads_with_its_source(path) -> None:
      ("cluster-h200:nodes=2,qps=2", "nccl_allreduce", {})),
     ("a100-2nodes-default-ocioke",  # 4 queue pairs a connection
      ("cluster-a100:nodes=2,nic_ports=2,qps=4", "nccl_allreduce", {})),
-    ("h100-8nodes-default-tuned-nccltests309gj",  # NCCL_MIN_CTAS=24, 2 queue pairs
-     ("cluster-h100:nodes=8,channels=24,qps=2", "nccl_allreduce", {})),
+    ("h100-8nodes-default-tuned-nccltests309gj",  # NCCL_MIN_CTAS=24 (NVLS too), 2 queue pairs
+     ("cluster-h100:nodes=8,channels=24,nvls_channels=24,qps=2", "nccl_allreduce", {})),
     ("h100-1node-ring-allreduce-togethernccl",  # NCCL_ALGO=RING
      ("dgx-h100", "nccl_allreduce", {"algorithm": "ring"})),
     ("h100-1node-ring-allgather-togethernccl",  # NCCL_ALGO=RING

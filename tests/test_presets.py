@@ -78,6 +78,19 @@ def test_preset_parameters_are_parsed_and_named_canonically():
         assert make_preset(make_preset(spec).name) == make_preset(spec)
 
 
+def test_nvls_channels_set_what_nvls_runs_on_and_nothing_else():
+    # NCCL_NVLS_NCHANNELS: NVLS and NVLS-tree on that many channels (NCCL's 16 on Hopper,
+    # 32 on Blackwell by default); rings and trees keep theirs.
+    for spec, default in (("dgx-h100", 16), ("cluster-h200:nodes=2", 16), ("dgx-b200", 32),
+                          ("cluster-b200:nodes=4", 32)):
+        base = make_preset(spec)
+        given = make_preset(f"{spec}{',' if ':' in spec else ':'}nvls_channels=24")
+        assert (base.nvls_channels, given.nvls_channels) == (default, 24)
+        assert given.channels == base.channels and given.name.endswith("nvls_channels=24")
+        assert make_preset(given.name) == given
+    assert make_preset("dgx-h100:nvls_channels=0") == make_preset("dgx-h100")
+
+
 def test_cluster_routes_inside_a_node_over_nvlink_and_across_nodes_over_the_nics():
     topology = make_preset("cluster-h100:nodes=2")
     assert _route(topology, 0, 1) == [("gpu0", "node0.switch"), ("node0.switch", "gpu1")]
@@ -230,10 +243,15 @@ def test_fattree_uplinks_follow_the_oversubscription():
 
 @pytest.mark.parametrize("spec, message", [
     ("dgx-b300", "unknown preset 'dgx-b300'"),
-    ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus, channels)"),
+    ("dgx-h100:nodes=2", "has no parameter 'nodes' (it takes: gpus, channels, nvls_channels)"),
+    ("dgx-a100:nvls_channels=8", "has no parameter 'nvls_channels' (it takes: gpus, channels)"),
+    ("cluster-a100:nvls_channels=8", "has no parameter 'nvls_channels'"),
+    ("cluster-h100:nvls_channels=65", "nvls_channels must be an int from 0 to 64 (0: NCCL's "
+                                      "16), got 65"),
+    ("dgx-b200:nvls_channels=-1", "nvls_channels must be an int from 0 to 64 (0: NCCL's 32)"),
     ("dgx-h100:gpus=9", "gpus must be at most 8, got 9"),
     ("cluster-h100:fans=4", "has no parameter 'fans' (it takes: nodes, nics, channels, "
-                            "nic_ports, gpus, qps)"),
+                            "nic_ports, gpus, qps, nvls_channels)"),
     ("cluster-h100:qps=0", "qps must be an int >= 1"),
     ("cluster-h100:gpus=0", "gpus must be an int >= 1"),
     ("cluster-h100:gpus=16", "gpus must be at most 8, got 16"),
