@@ -14,7 +14,7 @@ in nccl-tests' columns (``algorithms.harness.bench``).
   ``sample_seconds`` is one seeded sample of a size under random variation and
   ``sampled_row`` the row of many, with their spread;
   ``traced_run`` one size again with the op trace, for summaries, Chrome traces and
-  timelines.
+  timelines, and ``traced_messages`` the messages that run steps through.
 
 ``simcomm sweep`` runs ``bench_size`` once per grid point and ``simcomm validate`` once per
 measured row.
@@ -38,7 +38,7 @@ from algorithms.harness.bench import (
 from algorithms.harness.catalog import UserAlgorithmError
 from algorithms.ops import Launch, Tuner
 from simcomm.buffers import SizeOnly
-from simcomm.collective_level import choose_level
+from simcomm.collective_level import choose_level, has_collective_model
 from simcomm.engine import simulate
 from simcomm.presets import PRESETS, is_preset_spec
 from simcomm.results import SimResult
@@ -233,6 +233,22 @@ def message_progress(total: int | None) -> tqdm:
 def bench_level(config: BenchConfig, topology: Topology, level: str) -> str:
     """The level (``message`` or ``collective``) ``config``'s runs take at ``level``."""
     return choose_level(level, config.collective.function, topology.size, not config.check)
+
+
+def traced_messages(config: BenchConfig, topology: Topology, size: int,
+                    tuner: Tuner | None = None) -> int | None:
+    """The messages ``traced_run`` of ``size`` steps through, as the collective level
+    counts them without simulating one; None where no model covers the call."""
+    if not has_collective_model(config.collective.function):
+        return None
+    count = buffer_count(config.collective, topology.size, size, config.dtype.itemsize)
+    try:
+        return simulate(config.collective.function,
+                        [SizeOnly(count, config.dtype)] * topology.size, topology,
+                        record=False, tuner=tuner, level="collective",
+                        **config.algorithm_kwargs()).messages
+    except (ValueError, TypeError):
+        return None
 
 
 def traced_run(config: BenchConfig, topology: Topology, size: int,

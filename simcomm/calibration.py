@@ -30,6 +30,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from simcomm.topofile import dump_topology
-from simcomm.topology import Link, Topology
+from simcomm.topology import MAX_RANKS, Link, Topology, check_full_mesh
 
 FORMAT_NAME = "realcomm-calibration"  # the measurements file this module reads
 FORMAT_VERSION = 1
@@ -159,6 +160,7 @@ class Calibration:
         fit, reduce_bandwidth = self.link, self.reduce.rate
         gpus = tuple(f"gpu{r}" for r in range(self.world_size))
         if not fit.shared:
+            check_full_mesh(self.world_size)
             links = tuple(Link(a, b, fit.bandwidth, fit.latency, fit.gap)
                           for a in gpus for b in gpus if a != b)
             return Topology(name, gpus, links, gpus, (reduce_bandwidth,) * len(gpus))
@@ -335,17 +337,22 @@ def parse_calibration(text: str, source: str = "<string>") -> Calibration:
             raise error(key, f"has {len(values)} values for {len(data['sizes_bytes'])} sizes")
         return values
 
+    world_size = count("world_size", 2)
+    if world_size > MAX_RANKS:
+        raise error("world_size", f"must be at most {MAX_RANKS:,} ranks, got {world_size:,}")
     sizes = numbers("sizes_bytes")
     for i, n in enumerate(sizes):
         if not _is_int(n) or n < 1:
             raise error(f"sizes_bytes[{i}]", f"must be an integer >= 1, got {json.dumps(n)}")
+        if n > sys.maxsize:
+            raise error(f"sizes_bytes[{i}]", f"{n} B is too large; at most {sys.maxsize} B")
     if len(set(sizes)) < 2:
         raise error("sizes_bytes", f"a fit needs at least two different sizes, got {sizes}")
     times = {field: tuple(positive(t, f"{key}[{i}]") for i, t in enumerate(numbers(key)))
              for key, field in _TIMES.items()}
     ratio = data["concurrent_ratio"]
     return Calibration(
-        world_size=count("world_size", 2), device=text_value("device"),
+        world_size=world_size, device=text_value("device"),
         timing=text_value("timing"), burst=count("burst", 1), sizes=tuple(sizes), **times,
         concurrent_ratio=None if ratio is None else positive(ratio, "concurrent_ratio"))
 

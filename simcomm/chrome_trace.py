@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from typing import IO, Any
 
+from simcomm.files import replacing
 from simcomm.results import SimResult, TraceEvent
 
 _US = 1e6  # trace-event timestamps are in microseconds
@@ -77,7 +78,7 @@ def write_chrome_trace(result: SimResult, destination: str | os.PathLike[str] | 
     if hasattr(destination, "write"):
         json.dump(data, destination)
         return
-    with open(destination, "w", encoding="utf-8") as stream:
+    with replacing(destination) as scratch, open(scratch, "w", encoding="utf-8") as stream:
         json.dump(data, stream)
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -55,7 +54,8 @@ from algorithms.protocol import AlgorithmError
 from simcomm.bench import (
     HOST_SECONDS_PER_CHANNEL, HOST_SECONDS_PER_GPU, HOST_SECONDS_PER_ITERATION, SLOWEST_RANK,
     algorithm_config, bench_level, bench_rows, bench_size, host_floor_seconds, is_builder,
-    load_named_topology, message_progress, parse_latency, sample_seconds, sampled_row, traced_run,
+    load_named_topology, message_progress, parse_latency, sample_seconds, sampled_row,
+    traced_messages, traced_run,
 )
 from simcomm.collective_level import (
     AUTO_MESSAGE_LIMIT, LEVELS, describe_level, expected_messages,
@@ -64,6 +64,7 @@ from simcomm.calibration import load_calibration
 from simcomm.cluster_fit import fit_cluster, format_cluster_fit
 from simcomm.crossover import crossovers, format_crossovers
 from simcomm.executors import default_jobs
+from simcomm.files import replacing
 from simcomm.presets import describe, list_presets
 from simcomm.results import SimResult
 from simcomm.spread_fit import SAMPLES as SPREAD_SAMPLES
@@ -233,6 +234,8 @@ def bench(args: argparse.Namespace) -> int:
     if args.samples is not None and any(config.check for config in configs):
         raise ValueError("--samples times seeded runs and counts no wrong elements: give -c/"
                          "--check without it")
+    if args.level != "message":
+        _check_largest_run(args, configs[0], topology, tuner)
     header = _bench_header(args, configs[0], topology)
     if tuner is not None:
         header.append(f"tuner file: {args.tuner_file} ({len(tuner.rows)} rows; a call no row "
@@ -341,6 +344,23 @@ def _bench_header(args: argparse.Namespace, config: BenchConfig, topology: Topol
     return header
 
 
+def _check_largest_run(args: argparse.Namespace, config: BenchConfig, topology: Topology,
+                       tuner: TableTuner | None) -> None:
+    """Refuse, before the table, a ``_largest_run`` (every message simulated) that would
+    step through more messages than the auto level simulates."""
+    flags = [flag for flag, given in (("--summary", args.summary), ("--trace", args.trace),
+                                      ("--timeline", args.timeline)) if given]
+    if not flags:
+        return
+    largest = max(config.sizes)
+    messages = traced_messages(config, topology, largest, tuner)
+    if messages is not None and messages > AUTO_MESSAGE_LIMIT:
+        raise ValueError(f"{' and '.join(flags)}: the largest size, {largest} B, would be run "
+                         f"again with every message simulated, {messages:,} of them, past the "
+                         f"{AUTO_MESSAGE_LIMIT:,} the auto level simulates: leave "
+                         f"{'them' if len(flags) > 1 else 'it'} out, or give --level message")
+
+
 def _largest_run(args: argparse.Namespace, config: BenchConfig, topology: Topology,
                  tuner: TableTuner | None = None) -> None:
     """The run of the largest size again, traced: its summary, trace file and timeline."""
@@ -383,13 +403,15 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
     for item in filter(None, (part.strip() for part in (args.link_speed or "").split(","))):
         ends, eq, factor = item.partition("=")
         src, colon, dst = ends.partition(":")
+        if not (eq and colon and src and dst):
+            raise ValueError(f"--link-speed: {item!r} is not SRC:DST=FACTOR (gpu3:net=0.5: "
+                             "the links between gpu3 and net at half their bandwidth)")
         try:
             bandwidth = float(factor)
         except ValueError:
             bandwidth = math.nan
-        if not (eq and colon and src and dst and 0 < bandwidth < math.inf):
-            raise ValueError(f"--link-speed: {item!r} is not SRC:DST=FACTOR (gpu3:net=0.5: "
-                             "the links between gpu3 and net at half their bandwidth)")
+        if not 0 < bandwidth < math.inf:
+            raise ValueError(f"--link-speed: {item!r}: the factor must be a finite number > 0")
         pair = frozenset((src.strip(), dst.strip()))
         if pair in given:  # a second factor would multiply the first
             raise ValueError(f"--link-speed: {item!r}: the links between {src.strip()} and "
@@ -410,7 +432,7 @@ def _rank_factors(flag: str, text: str) -> dict[int, float]:
             raise ValueError(f"{flag}: {item!r} is not RANK=FACTOR (3=0.8: rank 3 at 0.8 of "
                              "the nominal speed)") from None
         if not eq or not 0 < speed < float("inf"):
-            raise ValueError(f"{flag}: {item!r}: the factor must be a number > 0")
+            raise ValueError(f"{flag}: {item!r}: the factor must be a finite number > 0")
         if number in speeds:  # the last would win, unseen
             raise ValueError(f"{flag}: {item!r}: rank {number} is given twice")
         speeds[number] = speed
@@ -531,7 +553,8 @@ def validate(args: argparse.Namespace) -> int:
         print(f"\n{format_cluster_fit(fitted)}\n")
         comparisons = compare(fitted.topology, algorithm, path)
         print(format_validation(comparisons))
-        Path(args.fit).write_text(dump_topology(fitted.topology), encoding="utf-8")
+        with replacing(args.fit) as scratch:
+            scratch.write_text(dump_topology(fitted.topology), encoding="utf-8")
         print(f"wrote {args.fit} (simcomm bench --topology {args.fit})")
     if args.plot:
         from simcomm.plots import save_png, sweep_figure  # needs matplotlib
@@ -566,8 +589,10 @@ def fit(args: argparse.Namespace) -> int:
     if not (args.name and args.name.isprintable()):
         raise ValueError(f"--name must be a non-empty line of text, got {args.name!r}")
     calibration = load_calibration(args.measurements)
+    toml = calibration.topology_toml(args.name)  # refused, if it is, before anything prints
     print(calibration.format())
-    Path(args.out).write_text(calibration.topology_toml(args.name), encoding="utf-8")
+    with replacing(args.out) as scratch:
+        scratch.write_text(toml, encoding="utf-8")
     print(f"wrote {args.out} (simcomm topo show {args.out})")
     return 0
 
@@ -618,9 +643,10 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--collectives", default=",".join(CANDIDATES), metavar="LIST",
                         help=f"comma-separated, of {', '.join(CANDIDATES)} (default all)")
     parser.add_argument("-b", "--minbytes", default="8", metavar="SIZE",
-                        help="smallest size to estimate (default 8)")
+                        help="smallest size to estimate, a power of two (default 8)")
     parser.add_argument("-e", "--maxbytes", default="16GiB", metavar="SIZE",
-                        help="largest size to estimate (default 16GiB)")
+                        help="largest size to estimate, a power of two (default 16GiB); "
+                             "each power of two between is estimated too")
     parser.add_argument("--out", metavar="FILE.csv", type=output_file,
                         help="write the tuner file here (default: print it)")
     parser.set_defaults(run=tune)
@@ -639,7 +665,8 @@ def tune(args: argparse.Namespace) -> int:
                              f"{', '.join(CANDIDATES)}")
         if collective in collectives[:i]:  # its rows would be written twice
             raise ValueError(f"--collectives: {collective} is given twice")
-    sizes = size_range(parse_size(args.minbytes), parse_size(args.maxbytes), 2)
+    sizes = size_range(_power_of_two("-b/--minbytes", args.minbytes),
+                       _power_of_two("-e/--maxbytes", args.maxbytes), 2)
     tuner = ModelTuner(topology)
     nodes = topology.node_count
     rows = [row for collective in collectives
@@ -653,11 +680,26 @@ def tune(args: argparse.Namespace) -> int:
         "for NCCL's example tuner plugin of NCCL 2.30.3 or newer (those of 2.27.5 to 2.29.7 "
         "crash on a matching row); see docs/tuner-files.md"])
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        with replacing(args.out) as scratch:
+            scratch.write_text(text, encoding="utf-8")
         print(f"wrote {args.out}: {len(rows)} rows")
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _power_of_two(flag: str, text: str) -> int:
+    """Bytes from ``text``, a power of two of at most ``sys.maxsize`` (bench's cap too)."""
+    try:
+        size = parse_size(text)
+    except ValueError as error:
+        raise ValueError(f"{flag}: {error}") from None
+    if size > sys.maxsize:
+        raise ValueError(f"{flag} {text}: {size} B is too large; at most {sys.maxsize} B")
+    if size < 1 or size & (size - 1):
+        raise ValueError(f"{flag} {text}: {size} B is not a power of two (tune estimates each "
+                         "power of two from -b to -e)")
+    return size
 
 
 # -- topo -------------------------------------------------------------------------------
@@ -805,12 +847,9 @@ def sweep(args: argparse.Namespace) -> int:
 
 
 def _replace_csv(path: Path, rows: list[SweepRow]) -> None:
-    """Write ``rows`` to ``path`` whole, through a file beside it, so that the old file is
-    there until the new one is."""
-    scratch = path.with_name(path.name + ".partial")
-    with open(scratch, "w", encoding="utf-8", newline="") as stream:
+    """Write ``rows`` to ``path`` whole, so that the old file is there until the new one is."""
+    with replacing(path) as scratch, open(scratch, "w", encoding="utf-8", newline="") as stream:
         write_csv(rows, stream)
-    os.replace(scratch, path)
 
 
 def _grid_from_args(args: argparse.Namespace) -> Grid:
@@ -890,7 +929,8 @@ def _report(rows: Sequence[SweepRow], measured: Sequence[Series], out: Path, no_
     """Print and write the crossover table, draw the plots, list the files written."""
     if rows:
         table = format_crossovers(crossovers(rows))
-        (out / "crossover.md").write_text(table, encoding="utf-8")
+        with replacing(out / "crossover.md") as scratch:
+            scratch.write_text(table, encoding="utf-8")
         written.append(out / "crossover.md")
         print("fastest algorithm per size range:")
         sys.stdout.write(table)

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from simcomm.files import replacing
 from simcomm.results import SimResult, TraceEvent
 
 COMPUTE_STREAM, COMM_STREAM = 7, 13  # the streams a PyTorch job usually shows
@@ -40,7 +41,7 @@ def write_kineto_traces(result: SimResult, folder: str | os.PathLike[str]) -> li
     paths = []
     for rank in range(ranks):
         path = out / f"rank_{rank}.json"
-        with open(path, "w", encoding="utf-8") as stream:
+        with replacing(path) as scratch, open(scratch, "w", encoding="utf-8") as stream:
             json.dump(rank_trace(result, rank), stream)
         paths.append(path)
     return paths

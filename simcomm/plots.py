@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from simcomm.files import replacing
 from simcomm.results import SimResult
 from simcomm.sweep_csv import Series, SweepRow
 from simcomm.training import FSDPReport, StepReport
@@ -91,8 +92,9 @@ def sweep_figure(title: str, simulated: Sequence[Series], measured: Sequence[Ser
 
 def save_png(figure: Figure, path: str | os.PathLike[str]) -> None:
     """Write ``figure`` as a PNG (its folder must exist: the commands check their paths
-    as they read them)."""
-    figure.savefig(Path(path), format="png", dpi=100)
+    as they read them), whole or not at all (``simcomm.files.replacing``)."""
+    with replacing(path) as scratch:
+        figure.savefig(scratch, format="png", dpi=100)
 
 
 def figure_groups(rows: Sequence[SweepRow]) -> dict[tuple[int, str, str], list[Series]]:

@@ -35,7 +35,8 @@ from algorithms.ops import MAX_CHANNELS, check_channels
 from simcomm.buffers import SizeOnly
 from simcomm.engine import simulate
 from simcomm.topology import (
-    NO_LAUNCH_LATENCY, Link, PerProtocol, Topology, duplex, hierarchical, switch,
+    NO_LAUNCH_LATENCY, Link, PerProtocol, Topology, check_rank_count, duplex, hierarchical,
+    switch,
 )
 
 GB = 1e9  # bytes/second per GB/s
@@ -509,6 +510,7 @@ def _shared_nics(nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
     """Nodes of 8 GPUs on an NVSwitch, GPU i reaching the network through NIC i // (8 /
     nics) of its node over PCIe. The network's latency lies half on each NIC's link, as it
     does on the GPUs' own NIC links of ``hierarchical``."""
+    check_rank_count(nodes * GPUS_PER_DGX)
     gpus = [f"gpu{i}" for i in range(nodes * GPUS_PER_DGX)]
     links: list[Link] = []
     names = list(gpus)
@@ -547,6 +549,7 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
     leaves = nodes // nodes_per_leaf
     dgx = DGX_H100
     uplink = nodes_per_leaf * GPUS_PER_DGX * dgx.nic / oversubscription
+    check_rank_count(nodes * GPUS_PER_DGX)
     gpus = [f"gpu{i}" for i in range(nodes * GPUS_PER_DGX)]
     links: list[Link] = []
     for i, gpu in enumerate(gpus):  # latencies are GPU to GPU: half on each link of a path

@@ -106,7 +106,8 @@ import tomli_w
 
 from simcomm.presets import PRESETS, is_preset_spec, make_preset
 from simcomm.topology import (
-    NO_LAUNCH_LATENCY, Link, PerProtocol, Topology, fully_connected, hierarchical, ring, switch,
+    MAX_RANKS, NO_LAUNCH_LATENCY, Link, PerProtocol, Topology, fully_connected, hierarchical,
+    ring, switch,
 )
 from simcomm.units import parse_bandwidth, parse_seconds
 
@@ -374,7 +375,10 @@ def _read_nodes(reader: _Reader, data: dict[str, Any]) -> tuple[list[str], list[
         origin = ["nodes"] * len(nodes)
     elif "gpus" in data:
         gpus = data["gpus"]
-        candidates = ([f"gpu{i}" for i in range(reader.count(gpus, "gpus"))]
+        if isinstance(gpus, int) and reader.count(gpus, "gpus") > MAX_RANKS:
+            raise reader.error("gpus", f"must be at most {MAX_RANKS:,} (the ranks a topology "
+                                       f"may have), got {gpus:,}")
+        candidates = ([f"gpu{i}" for i in range(gpus)]
                       if isinstance(gpus, int) else reader.names(gpus, "gpus"))
         switches = reader.names(data["switches"], "switches") if "switches" in data else []
         nodes = candidates + switches

@@ -28,6 +28,9 @@ from algorithms.ops import Protocol, check_channels
 # Ranks a builder makes at most: the largest clusters trained on today are about 100,000
 # GPUs. Beyond it a typo (--ranks 100000000) would build billions of links before a word.
 MAX_RANKS = 131_072
+# Links a fully-connected topology holds at most: ranks * (ranks - 1) of them take 43 s to
+# simulate on 2,000 ranks (4 million links), so past 1,000 ranks a switch is the model.
+MAX_FULL_MESH_LINKS = 1_000_000
 
 
 def _check_seconds(value: float, what: str) -> None:
@@ -574,11 +577,16 @@ def _link_with(src: str, dst: str, bandwidth: float, latency: float | PerProtoco
     return Link(src, dst, bandwidth, latency * share)
 
 
-def _gpus(n: int, prefix: str = "gpu") -> list[str]:
+def check_rank_count(n: int) -> None:
+    """Refuse a number of ranks that is not an int from 1 to ``MAX_RANKS``."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"number of ranks must be an int >= 1, got {n!r}")
     if n > MAX_RANKS:
         raise ValueError(f"number of ranks must be at most {MAX_RANKS:,}, got {n:,}")
+
+
+def _gpus(n: int, prefix: str = "gpu") -> list[str]:
+    check_rank_count(n)
     return [f"{prefix}{i}" for i in range(n)]
 
 
@@ -603,9 +611,20 @@ def fully_connected(ranks: int, bandwidth: float, latency: float | PerProtocol,
                     reduce_bandwidth: float = math.inf) -> Topology:
     """A direct link each way between every pair of GPUs (an NVLink mesh)."""
     gpus = _gpus(ranks)
+    check_full_mesh(ranks)
     links = [_link_with(a, b, bandwidth, latency) for a in gpus for b in gpus if a != b]
     return Topology("fully_connected", tuple(gpus), tuple(links), tuple(gpus),
                     _reduce_bw(ranks, reduce_bandwidth))
+
+
+def check_full_mesh(ranks: int) -> None:
+    """Refuse a link each way between every pair of ``ranks`` ranks past
+    ``MAX_FULL_MESH_LINKS`` links."""
+    links = ranks * (ranks - 1)
+    if links > MAX_FULL_MESH_LINKS:
+        raise ValueError(f"a fully-connected topology of {ranks:,} ranks has {links:,} links, "
+                         f"more than the {MAX_FULL_MESH_LINKS:,} simulated in reasonable time: "
+                         "use a switch topology for this many ranks")
 
 
 def switch(ranks: int, bandwidth: float, latency: float | PerProtocol,

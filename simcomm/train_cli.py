@@ -227,7 +227,9 @@ def _print_critical_path(result: SimResult, topology: Topology,
 def output_folder(text: str) -> str:
     """An argparse ``type`` for a folder the command writes files into, made if missing: as
     ``output_file``, refused when the command line is read (not after a long run) if it is
-    a file, the folder to make it in does not exist, or it cannot be written."""
+    a file, the folder to make it in does not exist, or it cannot be written (or is "")."""
+    if not text:  # Path("") is the working folder
+        raise argparse.ArgumentTypeError("an empty path names no folder")
     folder = Path(text)
     if folder.exists() and not folder.is_dir():
         raise argparse.ArgumentTypeError(f"{text} exists and is not a folder: name a new "
@@ -263,7 +265,8 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              + ", ".join(f"{n} {b}" for n, (_, b, _) in PRESET_MODELS.items())
                              + ")")
     parser.add_argument("--throughput", default=f"{DEFAULT_THROUGHPUT / 1e12:g}TFLOPS",
-                        metavar="RATE", help="achieved compute per GPU (default "
+                        metavar="RATE", help="achieved compute per GPU, with its unit "
+                                             "(GFLOPS, TFLOPS, ...; default "
                                              f"{DEFAULT_THROUGHPUT / 1e12:g}TFLOPS)")
     parser.add_argument("--grad-bytes", type=int, default=4, choices=(2, 4, 8),
                         help="bytes per parameter and gradient element (default 4, float32)")

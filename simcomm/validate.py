@@ -65,9 +65,9 @@ def compare_rows(topology: Topology, algorithm: str, rows: Sequence[BenchRow],
     ``simulate``'s: message, collective or auto); ``path`` only names them in errors."""
     out = []
     for row in rows:
-        if not row.time_us > 0:  # the error is relative to it
+        if not (math.isfinite(row.time_us) and row.time_us > 0):  # the error is relative to it
             raise ValueError(f"{path}: the row of size {row.size} has time_us "
-                             f"{row.time_us}: a measured time must be > 0")
+                             f"{row.time_us}: a measured time must be finite and > 0")
         config = algorithm_config(algorithm, [row.size], row.type)
         if program_kind(program) not in (None, config.collective.kind):
             raise ValueError(f"{path}: nccl-tests ran {program}, and {algorithm} is "
@@ -95,7 +95,11 @@ def read_measured(path: str | os.PathLike[str], ranks: int
     if run.ranks and run.ranks != ranks:
         raise ValueError(f"{path}: nccl-tests ran on {run.ranks} ranks, the topology has "
                          f"{ranks}")
-    return [row for row in run.rows if row.size > 0], run.gpus_per_process, run.program
+    rows = [row for row in run.rows if row.size > 0]
+    if not rows:
+        raise ValueError(f"{path}: only rows of 0 B, which move nothing and cannot be "
+                         "compared: no row to validate")
+    return rows, run.gpus_per_process, run.program
 
 
 @dataclass(frozen=True)

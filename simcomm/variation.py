@@ -40,8 +40,7 @@ class Distribution:
     samples: tuple[float, ...] = ()  # empirical only
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown distribution {self.kind!r}; known: {', '.join(KINDS)}")
+        _known(self.kind)
         if self.kind == "empirical":
             if not self.samples or any(not (math.isfinite(v) and v >= 0) for v in self.samples):
                 raise ValueError("an empirical distribution needs samples, finite and >= 0")
@@ -75,6 +74,7 @@ class Distribution:
         kind = kind.strip()
         if not colon:
             raise ValueError(f"{text!r}: give KIND:A,B (one of {', '.join(KINDS)})")
+        _known(kind)  # before its numbers, which it gives the meaning of
         if kind == "empirical":
             path = Path(rest.strip())
             lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
@@ -85,10 +85,21 @@ class Distribution:
                                for i, part in enumerate(rest.split(","))))
 
 
+def _known(kind: str) -> None:
+    """Refuse a ``kind`` that is not one of ``KINDS``, naming it."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown distribution {kind!r}; known: {', '.join(KINDS)}")
+
+
 def _number(text: str, seconds: bool, whole: str, unit: bool = False) -> float:
-    """``text`` as seconds (``unit``: it must have one) or as a plain number."""
+    """``text`` as seconds (``unit``: it must have one) or as a plain number. A minus sign
+    is read, so that the distribution's own check says why a value below zero is refused."""
+    bare = text.strip()
     try:
-        return parse_seconds(text, require_unit=unit) if seconds else float(text)
+        if not seconds:
+            return float(bare)
+        magnitude = parse_seconds(bare.removeprefix("-"), require_unit=unit)
+        return -magnitude if bare.startswith("-") else magnitude
     except ValueError:
         what = (" of seconds with a unit (2us, 0.5ms)" if seconds
                 else " (a lognormal's sigma has no unit)" if unit else "")

@@ -172,6 +172,14 @@ BAD_ARGS = [
     (["--algorithm", "ring_allreduce", "--sizes", "1KiB,"], "item 2 is empty"),
     (["--algorithm", "ring_allreduce", "--ranks", "100000000"],
      "number of ranks must be at most 131,072, got 100,000,000"),
+    # Used to build 10^10 links, and to re-run a size of 2 million messages, for hours.
+    (["--algorithm", "ring_allreduce", "--topology", "fully_connected", "--ranks", "100000"],
+     "a fully-connected topology of 100,000 ranks has 9,999,900,000 links, more than the "
+     "1,000,000 simulated in reasonable time: use a switch topology for this many ranks"),
+    (["--algorithm", "ring_allreduce", "--topology", "switch", "--ranks", "1000", "--sizes",
+      "1M", "--summary"], "--summary: the largest size, 1048576 B, would be run again with "
+                          "every message simulated, 1,998,000 of them, past the 200,000 the "
+                          "auto level simulates: leave it out, or give --level message"),
     (["--algorithm", "ring_allreduce", "--trace", "no/such/folder/run.json"],
      "argument --trace: folder no/such/folder does not exist"),
     (["--algorithm", "ring_allreduce", "--timeline", "no/such/folder/run.png"],
@@ -213,6 +221,13 @@ BAD_ARGS = [
     (["--algorithm", "ring_allreduce", "--topology", "switch", "--link-speed",
       "gpu0:switch=0.5,switch:gpu0=0.7"],
      "--link-speed: 'switch:gpu0=0.7': the links between switch and gpu0 are given twice"),
+    # The factor's rule, where these used to say "is not SRC:DST=FACTOR".
+    (["--algorithm", "ring_allreduce", "--topology", "switch", "--link-speed", "gpu0:switch=0"],
+     "--link-speed: 'gpu0:switch=0': the factor must be a finite number > 0"),
+    (["--algorithm", "ring_allreduce", "--topology", "switch", "--link-speed",
+      "gpu0:switch=nan"], "--link-speed: 'gpu0:switch=nan': the factor must be a finite"),
+    (["--algorithm", "ring_allreduce", "--compute-speed", "3=inf"],
+     "--compute-speed: '3=inf': the factor must be a finite number > 0"),
     (["--algorithm", "ring_allreduce", "--compute-speed", "3=0.5,3=0.7"],
      "--compute-speed: '3=0.7': rank 3 is given twice"),
     (["--algorithm", "ring_allreduce", "--memory-speed", "3=0.5, 03=0.7"],
@@ -225,6 +240,13 @@ BAD_ARGS = [
       "--inter-latency", "2"], "--inter-latency: time '2' has no unit"),
     (["--algorithm", "ring_allreduce", "--seed", "-1", "--message-delay", "normal:2us,1us"],
      "--seed must be >= 0, got -1"),
+    # A rate that overflows used to run at infinite bandwidth.
+    (["--algorithm", "ring_allreduce", "--bandwidth", "1e400GB/s"],
+     "--bandwidth: bandwidth '1e400GB/s' is too large: it overflows to infinity"),
+    (["--algorithm", "ring_allreduce", "--reduce-bandwidth", "1e400GB/s"],
+     "--reduce-bandwidth: bandwidth '1e400GB/s' is too large"),
+    (["--algorithm", "ring_allreduce", "--trace", ""],
+     "argument --trace: an empty path names no file"),
 ]
 
 
@@ -405,11 +427,25 @@ OTHER_BAD_ARGS = [
      "argument --kineto: folder no/such does not exist"),  # used to be made
     (["fsdp", "--model", "resnet50", "--topology", "dgx-a100", "--kineto", "file"],
      "argument --kineto: file exists and is not a folder"),
+    # An empty path used to write nothing (--kineto) or into the working folder (--out).
+    (["ddp", "--model", "resnet50", "--topology", "dgx-a100", "--kineto", ""],
+     "argument --kineto: an empty path names no folder"),
+    (["fsdp", "--model", "resnet50", "--topology", "dgx-a100", "--kineto", ""],
+     "argument --kineto: an empty path names no folder"),
+    (["plot", "--out", "", "sweep.csv"], "argument --out: an empty path names no folder"),
     (["validate", "--topology", "switch", "--measured", "ring_allreduce=x.csv"],
      "--topology switch is a builder: validate takes a preset or a .toml file"),
     (["tune", "--topology", "dgx-h100", "--collectives", "allreduce,allreduce"],
      "--collectives: allreduce is given twice"),  # its rows were written twice
     (["tune", "--topology", "dgx-h100", "--collectives", ""], "--collectives: '' names nothing"),
+    # Sizes past bench's cap used to be estimated, and -b 3 -e 5 was called "each power of
+    # two from 3 to 3".
+    (["tune", "--topology", "dgx-h100", "-e", "1e30"], "-e/--maxbytes 1e30: "
+     "1000000000000000000000000000000 B is too large; at most 9223372036854775807 B"),
+    (["tune", "--topology", "dgx-h100", "-b", "3", "-e", "5"],
+     "-b/--minbytes 3: 3 B is not a power of two (tune estimates each power of two"),
+    (["tune", "--topology", "dgx-h100", "-b", "4", "-e", "5"],
+     "-e/--maxbytes 5: 5 B is not a power of two"),
 ]
 
 

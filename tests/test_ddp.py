@@ -217,6 +217,8 @@ def test_ddp_command_compares_schedules_and_sweeps_buckets(capsys, tmp_path) -> 
      "--allreduce 'broadcast'"),
     (["--model", "resnet50", "--topology", "dgx-a100", "--throughput", "fast"],
      "compute rate"),
+    (["--model", "resnet50", "--topology", "dgx-a100", "--throughput", "125"],
+     "compute rate '125' has no unit"),  # used to be read as 125 FLOP/s
     (["--model", "resnet50", "--topology", "dgx-a100", "--plot", "x.png"], "--sweep-buckets"),
 ])
 def test_ddp_command_mistakes_are_one_line(capsys, argv, message) -> None:

@@ -130,11 +130,15 @@ def _broken(change) -> str:
     (_broken(lambda d: d.pop("stream_seconds")), "missing keys: stream_seconds"),
     (_broken(lambda d: d.update(extra=1)), "unknown keys: extra"),
     (_broken(lambda d: d.update(world_size=1)), "world_size: must be an integer >= 2, got 1"),
+    (_broken(lambda d: d.update(world_size=10**8)),
+     "world_size: must be at most 131,072 ranks, got 100,000,000"),
     (_broken(lambda d: d.update(burst=True)), "burst: must be an integer >= 1, got true"),
     (_broken(lambda d: d.update(device="")), "device: must be a non-empty string"),
     (_broken(lambda d: d["sizes_bytes"].__setitem__(1, 1.5)),
      "sizes_bytes[1]: must be an integer >= 1, got 1.5"),
     (_broken(lambda d: d.update(sizes_bytes=[64] * 5)), "at least two different sizes"),
+    (_broken(lambda d: d.update(sizes_bytes=[1, 10**30, 10**40, 2**63, 2**64])),
+     f"sizes_bytes[1]: {10**30} B is too large; at most {2**63 - 1} B"),
     (_broken(lambda d: d["exchange_seconds"].pop()), "exchange_seconds: has 4 values for 5 "
                                                      "sizes"),
     (_broken(lambda d: d["pingpong_seconds"].__setitem__(2, -1e-6)),
@@ -156,6 +160,23 @@ def test_a_bad_measurements_file_is_one_line(text, message, tmp_path, capsys) ->
     assert out == "" and err.count("\n") == 1
     assert err.startswith(f"simcomm: error: {source}: ") and message in err
     assert not (tmp_path / "cal.toml").exists()
+
+
+def test_fit_refuses_a_full_mesh_too_large_to_simulate_before_printing(tmp_path,
+                                                                        capsys) -> None:
+    # Full-duplex measurements (an exchange as fast as a lone message) on 1,001 ranks: a
+    # link each way between every pair would be 1,001,000 links.
+    one_way = tuple(50e-6 + n / 1e9 for n in SIZES)
+    calibration = Calibration(1001, "cpu", "median", BURST, SIZES, one_way, one_way, one_way,
+                              tuple(1e-6 + n / 10e9 for n in SIZES), None)
+    source = tmp_path / "cal.json"
+    source.write_text(json.dumps(measurements(calibration)))
+    assert main(["fit", str(source), "--out", str(tmp_path / "cal.toml")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        "simcomm: error: a fully-connected topology of 1,001 ranks has 1,001,000 links, more "
+        "than the 1,000,000 simulated in reasonable time: use a switch topology for this many "
+        "ranks\n")
 
 
 def test_fit_mistakes_are_one_line(tmp_path, capsys) -> None:

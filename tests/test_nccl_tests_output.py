@@ -85,6 +85,26 @@ def test_validate_refuses_a_run_on_other_ranks_and_passes_over_empty_rows(
     assert list(size_rows(out)) == ["64B"] and "-g" not in out  # a process per GPU
 
 
+def test_validate_refuses_a_run_of_only_empty_rows(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert validate(tmp_path, OLD.replace(OLD.splitlines()[-1], ""), "dgx-h100") == 2
+    assert capsys.readouterr().err == (f"simcomm: error: {tmp_path / 'all_reduce_perf.out'}: "
+                                       "only rows of 0 B, which move nothing and cannot be "
+                                       "compared: no row to validate\n")
+
+
+@pytest.mark.parametrize("time", ["inf", "1e400", "nan", "0.00", "-44.00"])
+def test_validate_refuses_a_measured_time_that_is_not_finite_and_positive(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, time: str) -> None:
+    # inf and 1e400 used to be shown as "measured inf, error -100%".
+    assert validate(tmp_path, CURRENT.replace("    44.00   23.83", f"    {time}   23.83"),
+                    "dgx-h100") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (f"the row of size 1048576 has time_us {float(time)}: a measured time must be "
+            "finite and > 0") in err
+
+
 def _nccl_tests_line(size: int, count: int, dtype: str, redop: str, root: int,
                      runs: list[tuple[float, float, float, int]]) -> str:
     # As nccl-tests' src/common.cu prints a result: the five columns, then per run (out of

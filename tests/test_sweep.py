@@ -214,6 +214,8 @@ BAD = [
     (["--ranks", "4,x"], "--ranks: 'x' is not an int"),
     (["--ranks", "0"], "ranks must be ints >= 1"),
     (["--bandwidth", "100GBs"], "bandwidth '100GBs': unknown bandwidth unit"),
+    (["--bandwidth", "1e400GB/s"], "bandwidth '1e400GB/s' is too large"),  # ran at inf
+    (["--out", ""], "argument --out: an empty path names no folder"),  # wrote into ./
     (["--latency", "5parsecs"], "--latency: unknown time unit 'parsecs' in '5parsecs'"),
     (["--latency", "5us,1"], "--latency: time '1' has no unit: write 1s, 1ms, 1us or 1ns"),
     (["--algorithm", ""], "--algorithm: '' names nothing"),

@@ -165,6 +165,13 @@ BAD = [
     (["topo", "show", "switch"], "switch is a builder"),
     (["topo", "show", "missing.toml"], "cannot read topology file 'missing.toml'"),
     (["topo", "show", "dgx-a100:nodes=4"], "preset 'dgx-a100' has no parameter 'nodes'"),
+    # Capped as the cluster presets are: 100,000 nodes used to hang, 16,386 to be taken.
+    (["topo", "show", "fattree-h100:nodes=100000"],
+     "preset 'fattree-h100': number of ranks must be at most 131,072, got 800,000"),
+    (["topo", "show", "fattree-h100:nodes=16386"],
+     "preset 'fattree-h100': number of ranks must be at most 131,072, got 131,088"),
+    (["topo", "show", "cluster-h100:nodes=100000,nics=4"],
+     "preset 'cluster-h100': number of ranks must be at most 131,072, got 800,000"),
     (["topo"], "required: ACTION"),
     (["bench", "--algorithm", "ring_allreduce", "--topology", "dgx-a100", "--ranks", "4"],
      "--ranks 4 does not match dgx-a100, which has 8 ranks"),

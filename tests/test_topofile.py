@@ -384,6 +384,11 @@ GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\n
        'duplex = false\n', "link", "no route from rank 0 (gpu0) to rank 1 (gpu1)"),
     ('switches = ["sw"]\n', "gpus", "missing key"),
     ("gpus = 0\n", "gpus", "must be an integer >= 1"),
+    # Used to make 10^8 names, and run out of memory, before a word.
+    ("gpus = 100000000\n", "gpus", "must be at most 131,072 (the ranks a topology may have), "
+                                  "got 100,000,000"),
+    ('kind = "fully_connected"\nranks = 100000\nbandwidth = "1GB/s"\nlatency = "1us"\n', "",
+     "a fully-connected topology of 100,000 ranks has 9,999,900,000 links"),
     ('gpus = ["a", "a"]\n', "gpus", "node 'a' is declared twice"),
     ('gpus = ["a"]\nswitches = ["a"]\n', "switches", "node 'a' is declared twice"),
     ('gpus = 1\nreduce_bandwidth = "1TB/s"\n', "reduce_bandwidth", "goes in [defaults]"),

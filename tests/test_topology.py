@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simcomm import Link, Topology, fully_connected, hierarchical, make_topology, ring, switch
+from simcomm.topology import check_full_mesh
 
 B, ALPHA = 1e10, 2e-6
 
@@ -49,6 +50,13 @@ def test_fully_connected_has_a_direct_link_per_ordered_pair(p) -> None:
             if src != dst:
                 (link,) = route_links(topology, src, dst)
                 assert (link.src, link.dst) == (topology.ranks[src], topology.ranks[dst])
+
+
+def test_fully_connected_is_refused_past_a_million_links() -> None:
+    check_full_mesh(1000)  # 999,000 links
+    with pytest.raises(ValueError, match="a fully-connected topology of 1,001 ranks has "
+                                         "1,001,000 links, more than the 1,000,000"):
+        fully_connected(1001, B, ALPHA)
 
 
 @given(p=st.integers(1, 16))

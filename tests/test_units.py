@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simcomm import parse_bandwidth, parse_bytes, parse_seconds
-from simcomm.units import format_bytes
+from simcomm.units import format_bytes, parse_flops
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -147,3 +147,21 @@ def test_a_time_without_a_unit_is_refused_where_one_is_required(text) -> None:
     with pytest.raises(ValueError, match=re.escape(f"time {bare!r} has no unit: write {bare}s")):
         parse_seconds(text, require_unit=True)
     assert parse_seconds(f"{bare}us", require_unit=True) == parse_seconds(f"{bare}us")
+
+
+@pytest.mark.parametrize("text", ["1e400GB/s", "1e309B/s", "1e400Gbps"])
+def test_a_bandwidth_that_overflows_is_refused_naming_it(text) -> None:
+    # It used to come out as inf: a run at infinite bandwidth, unasked.
+    with pytest.raises(ValueError, match=re.escape(f"bandwidth {text!r} is too large")):
+        parse_bandwidth(text)
+
+
+@pytest.mark.parametrize("text", ["125", "9e13", " 2.5 "])
+def test_a_compute_rate_without_a_unit_is_refused(text) -> None:
+    # --throughput 125 used to be read as 125 FLOP/s.
+    bare = text.strip()
+    with pytest.raises(ValueError, match=re.escape(f"compute rate {bare!r} has no unit: "
+                                                   f"write {bare}TFLOPS")):
+        parse_flops(text)
+    assert parse_flops(f"{bare}TFLOPS") == float(bare) * 1e12
+    assert parse_flops(9e13) == 9e13  # a number is FLOP/s, as the Python API takes it

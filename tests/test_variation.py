@@ -97,7 +97,13 @@ def test_distributions_are_read_and_checked(tmp_path: Path) -> None:
         "lognormal", (2e-5, 0.5))
     for text, message in [("normal:2,1us", "'2' is not a number of seconds with a unit"),
                           ("lognormal:20us,1.5us", "a lognormal's sigma has no unit"),
-                          ("lognormal:20us,-1.5", "sigma >= 0")]:
+                          ("lognormal:20us,-1.5", "sigma >= 0"),
+                          # These used to say "'-2us' is not a number of seconds" and "'1'
+                          # is not a number of seconds": the rule and the kind come first.
+                          ("normal:-2us,1us", "the mean and the standard deviation must be "
+                                              ">= 0"),
+                          ("uniform:-1us,1us", "need 0 <= low <= high"),
+                          ("foo:1,2", "unknown distribution 'foo'")]:
         with pytest.raises(ValueError, match=message):
             Distribution.parse(text, seconds=True)
 

@@ -49,7 +49,9 @@ class Parser(argparse.ArgumentParser):
 def output_file(text: str) -> str:
     """An argparse ``type`` for a file the command writes: refused when the command line is
     read (not after a long run) if it is a folder, its folder does not exist or it cannot
-    be written."""
+    be written (or is "")."""
+    if not text:  # Path("") is the working folder
+        raise argparse.ArgumentTypeError("an empty path names no file")
     target = Path(text)
     folder = target.parent
     if target.is_dir():

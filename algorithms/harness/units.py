@@ -125,17 +125,26 @@ def parse_bandwidth(text: str | float) -> float:
         if byte_or_bit == "b":
             scale /= 8
         rate = float(value * scale)
+        if rate == math.inf:
+            raise ValueError(f"bandwidth {text.strip()!r} is too large: it overflows to "
+                             "infinity (write inf for no limit)")
     if not rate > 0:
         raise ValueError(f"bandwidth must be > 0, got {text!r}")
     return rate
 
 
 def parse_flops(text: str | float) -> float:
-    """A compute rate in FLOP/s: ``"125TFLOPS"`` -> 1.25e14, ``"312 TFLOP/s"``, ``"9e13"``."""
+    """A compute rate in FLOP/s: ``"125TFLOPS"`` -> 1.25e14, ``"312 TFLOP/s"``, ``9e13`` (a
+    number is FLOP/s). A string needs its unit, as a bandwidth does: ``"125"`` could mean
+    FLOP/s or TFLOPS."""
     if not isinstance(text, str):
         rate = _number(text, "a compute rate")
     else:
         value, unit = _split(text.replace(" ", ""), "a compute rate (e.g. 125TFLOPS)")
+        if not unit:
+            bare = text.strip()
+            raise ValueError(f"compute rate {bare!r} has no unit: write {bare}TFLOPS, "
+                             f"{bare}GFLOPS or {bare}FLOPS")
         match = re.fullmatch(r"([kKMGTP]?)(?:FLOPS|FLOP/s|flops|flop/s)?", unit)
         if match is None:
             raise ValueError(f"unknown compute rate unit {unit!r} in {text!r} "
