@@ -19,7 +19,10 @@ The rules:
   receive and by nothing else, and a ``RecvReduce``'s receives by such sends only.
 * ``Join`` names another task of the same rank; any task may join any other, any number of
   times; every spawned task is joined at least once before its spawner returns.
-* ``Copy`` and ``Combine`` work on two buffers of equal length and dtype.
+* A buffer is one of the transport's (numpy arrays or ``SizeOnly`` in the simulator, tensors
+  in realcomm), contiguous and not a single (0-d) element. ``Copy`` and ``Combine`` work on
+  two buffers of equal shape and dtype; a message's buffers hold equally many elements of
+  one dtype (their shapes may differ: the bytes travel).
 * Memory, where buffers have it: from posting to its Wait, a receive's memory may be
   neither read (by a ``Send``, a ``Copy``, a ``Combine``) nor written by a local op (a
   ``Copy``, a ``Combine``, a ``Divide``): its data may land at any moment. Receives into
@@ -52,6 +55,28 @@ def overlaps(a: Span | None, b: Span | None) -> bool:
     """Whether two spans share a byte (no span, or an empty one, shares none)."""
     return (a is not None and b is not None and a[0] == b[0]
             and a[1] < b[2] and b[1] < a[2] and a[1] < a[2] and b[1] < b[2])
+
+
+def elements(buf: Any) -> int:
+    """How many elements a buffer holds, in all its dimensions (a ``SizeOnly``: its count)."""
+    shape = getattr(buf, "shape", None)
+    return len(buf) if shape is None else math.prod(shape)
+
+
+def buffer_problem(buf: Any, kinds: tuple[type, ...], advice: str) -> str | None:
+    """What makes ``buf`` unfit as an op's buffer, in words, or None: it must be one of
+    ``kinds`` (else ``advice`` says what to give), not a 0-d element, and contiguous."""
+    if getattr(buf, "ndim", None) == 0 or isinstance(buf, (int, float, complex)):
+        return f"a single element ({type(buf).__name__}): use a slice such as x[i:i+1]"
+    if not isinstance(buf, kinds):
+        return f"a {type(buf).__name__}: {advice}"
+    flags = getattr(buf, "flags", None)  # numpy's; a tensor says is_contiguous()
+    contiguous = (flags.c_contiguous if flags is not None
+                  else buf.is_contiguous() if hasattr(buf, "is_contiguous") else True)
+    if not contiguous:
+        return ("a non-contiguous (strided) view: give a contiguous one, such as x[a:b], or "
+                "copy it into one")
+    return None
 
 
 class AlgorithmError(Exception):
@@ -125,7 +150,7 @@ class Handle:
         """The handle in words, for error messages."""
         what = "Send to" if self.is_send else "Recv from"
         return (f"{what} rank {self.peer} on channel {self.task.channel!r} "
-                f"({len(self.buf)} x {self.buf.dtype})")
+                f"({elements(self.buf)} x {self.buf.dtype})")
 
 
 class InFlight:
@@ -184,6 +209,10 @@ class Interpreter(ABC):
     A handler returns the value to send back into the generator, or ``BLOCKED`` when the
     task must wait; the interpreter later resumes it.
     """
+
+    # The transport's buffers, and what to give instead of anything else, for check_buffer.
+    buffer_kinds: tuple[type, ...] = ()
+    buffer_advice = ""
 
     def __init__(self, size: int, max_ops: float = math.inf) -> None:
         self.size = size
@@ -379,6 +408,15 @@ class Interpreter(ABC):
             raise ProtocolError(f"rank {task.rank} posted a {what} with peer {peer}, but the "
                                 f"world has {self.size} ranks")
 
+    def check_buffer(self, task: Task, what: str, buf: Any, peer: int | None = None) -> None:
+        """Refuse a buffer that is not one of ``buffer_kinds``, is a single element or is not
+        contiguous, naming the rank, the op (``what``) and its peer, if it has one."""
+        problem = buffer_problem(buf, self.buffer_kinds, self.buffer_advice)
+        if problem is not None:
+            to = "" if peer is None else f" {'to' if what == 'Send' else 'from'} rank {peer}"
+            raise ProtocolError(f"rank {task.rank} posted a {what}{to} on channel "
+                                f"{task.channel!r} of {problem}")
+
     def accept_wait(self, task: Task, handles: tuple[Any, ...]) -> int:
         """Check that ``task`` may wait on ``handles`` and mark them waited; return how many
         of them are not done."""
@@ -405,11 +443,19 @@ class Interpreter(ABC):
         return pending
 
     def check_copy(self, task: Task, op: Copy | Combine) -> None:
-        """A copy or a combine is between buffers of equal length and dtype."""
-        if len(op.dst) != len(op.src) or op.dst.dtype != op.src.dtype:
-            what = "copied" if isinstance(op, Copy) else "combined"
-            raise ProtocolError(f"rank {task.rank} {what} {len(op.src)} x {op.src.dtype} "
-                                f"into {len(op.dst)} x {op.dst.dtype}")
+        """A copy or a combine is between fit buffers of equal shape and dtype (a shape
+        that differs would broadcast)."""
+        what = type(op).__name__
+        self.check_buffer(task, what, op.src)
+        self.check_buffer(task, what, op.dst)
+        if (getattr(op.dst, "shape", len(op.dst)) != getattr(op.src, "shape", len(op.src))
+                or op.dst.dtype != op.src.dtype):
+            def shape(buf: Any) -> str:
+                return f"{tuple(getattr(buf, 'shape', (len(buf),)))} {buf.dtype}"
+            verb = "copied" if isinstance(op, Copy) else "combined"
+            raise ProtocolError(f"rank {task.rank} {verb} {shape(op.src)} into "
+                                f"{shape(op.dst)}: a {what} takes buffers of one shape "
+                                "and dtype")
 
     # -- memory --------------------------------------------------------------------------
 

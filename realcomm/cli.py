@@ -128,15 +128,17 @@ def bench(args: argparse.Namespace) -> int:
     every type and op in turn); rank 0 prints each row as it is done."""
     configs = configs_from_args(args, UNSUPPORTED_DTYPES)
     options = _options_from_args(args)
-    _on_every_rank(args, bench_and_print, (configs, options, args.backend), minimum=1,
-                   timeout=options.timeout, check_world=configs[0].check_world)
-    return 0
+    outcome = _on_every_rank(args, bench_and_print, (configs, options, args.backend),
+                             minimum=1, timeout=options.timeout,
+                             check_world=configs[0].check_world)
+    return 1 if outcome is not None and outcome[0] else 0  # rank 0 found wrong values
 
 
 def bench_and_print(configs: Sequence[BenchConfig], options: RunOptions, backend: str | None,
-                    device: torch.device) -> None:
+                    device: torch.device) -> bool:
     """On every rank: run every configuration in turn. Rank 0 prints the header first and
-    each row as soon as it is done (``RowWriter``), as nccl-tests' rank 0 does."""
+    each row as soon as it is done (``RowWriter``), as nccl-tests' rank 0 does. Whether
+    rank 0 found wrong values (False elsewhere)."""
     writer = None
     if dist.get_rank() == 0:
         header = _bench_header(configs[0], options, backend or backend_for(device),
@@ -147,8 +149,10 @@ def bench_and_print(configs: Sequence[BenchConfig], options: RunOptions, backend
     for config in configs:
         bench_rank(config, options, device,
                    None if writer is None else functools.partial(_quietly, writer.write))
-    if writer is not None:
-        _quietly(writer.finish)
+    if writer is None:
+        return False
+    _quietly(writer.finish)
+    return writer.failed
 
 
 def _quietly(write: Callable[..., None], *args: Any) -> None:

@@ -90,7 +90,8 @@ from algorithms.ops import (
     Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Sleep, Tuner, Wait,
 )
 from algorithms.protocol import (
-    BLOCKED, MAIN_CHANNEL, Handle, Interpreter, MessageSizeError, ProtocolError, Task, overlaps,
+    BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
+    Task, overlaps,
 )
 
 DEFAULT_TIMEOUT = 300.0  # seconds
@@ -542,7 +543,8 @@ class _Handle(Handle):
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: torch.Tensor,
                  reduce: ReduceOp | None, label: str) -> None:
-        super().__init__(task, is_send, peer, buf, reduce, label, _span(buf))
+        # Flat: the bytes travel, so a buffer of any shape is sliced and landed as 1-D.
+        super().__init__(task, is_send, peer, buf.view(-1), reduce, label, _span(buf))
         self.scratch: torch.Tensor | None = None  # where the data lands, if not in buf
         self.pieces: list[tuple[tuple[Any, ...], int, int]] = []  # (works, start, stop)
         self.header: torch.Tensor | None = None
@@ -562,6 +564,9 @@ class _Task(Task):
 
 class _Run(Interpreter):
     """The state of one ``Driver.run``: its tasks and who is blocked on what."""
+
+    buffer_kinds = (torch.Tensor,)
+    buffer_advice = "give a torch tensor"
 
     def __init__(self, driver: Driver) -> None:
         super().__init__(driver.comm.size)
@@ -583,13 +588,24 @@ class _Run(Interpreter):
     def execute(self, gen: Generator[Any, Any, Any]) -> Any:
         main = self.open_task(self.rank, gen, MAIN_CHANNEL)
         self.ready.append((main, None))
-        while not main.done:
+        while True:
             while self.ready:
                 task, value = self.ready.popleft()
                 self.step(task, value)
-            if not main.done:
-                self._block()
-        return main.result
+            if main.done:
+                return main.result
+            if not self.waiting and not self.helpers and not self.sleeping:
+                raise self._deadlock(main)
+            self._block()
+
+    def _deadlock(self, main: _Task) -> DeadlockError:
+        """Nothing runs, waits or sleeps: every live task waits for a Join of another."""
+        stuck = [main]
+        for task in stuck:  # a task that is done has joined its own: all live ones are found
+            stuck.extend(child for child in task.children if not child.done)
+        waits = "; ".join(f"{self.where(t)} waits for {t.blocked_on}" for t in stuck)
+        return DeadlockError(f"deadlock on rank {self.rank}: every task waits for a Join of "
+                             f"another, none for a message or a computation: {waits}")
 
     def _block(self) -> None:
         """Nothing can run: wait for a Wait to finish or a Compute to end."""
@@ -657,9 +673,7 @@ class _Run(Interpreter):
         is_send = isinstance(op, Send)
         what = "Send" if is_send else "Recv"
         self.check_peer(task, op.peer, what)
-        if not isinstance(op.buf, torch.Tensor) or not op.buf.is_contiguous():
-            raise ProtocolError(f"rank {self.rank} posted a {what} of a "
-                                f"{type(op.buf).__name__} that is not a contiguous tensor")
+        self.check_buffer(task, what, op.buf, op.peer)
         h = _Handle(task, is_send, op.peer, op.buf, None if is_send else op.reduce, op.label)
         self.guard(h)
         task.queued.append(h)
@@ -842,6 +856,7 @@ class _Run(Interpreter):
         _COMBINE[op.op](op.dst, op.src)
 
     def divide(self, task: _Task, op: Divide) -> None:
+        self.check_buffer(task, "Divide", op.buf)
         self.check_local(task, "Divide", _span, writes=(op.buf,))
         divide_(op.buf, op.divisor)
 

@@ -266,7 +266,7 @@ def bench(args: argparse.Namespace) -> int:
     writer.finish()
     if args.summary or args.trace or args.timeline:
         _largest_run(args, configs[0], topology, tuner)
-    return 0
+    return 1 if writer.failed else 0
 
 
 def _tuner_from_args(args: argparse.Namespace, config: BenchConfig, topology: Topology

@@ -78,7 +78,7 @@ from algorithms.ops import (
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
-    RunLimitError, Span, Task, UnreceivedMessageError,
+    RunLimitError, Span, Task, UnreceivedMessageError, elements,
 )
 from algorithms import reference
 from simcomm.buffers import SizeOnly, check_dtype
@@ -209,6 +209,9 @@ class _Task(Task):
 
 
 class _Simulation(Interpreter):
+    buffer_kinds = (np.ndarray, SizeOnly)
+    buffer_advice = "give a numpy array (or a SizeOnly)"
+
     def __init__(self, topology: Topology, record: bool, has_data: bool, eager_limit: int,
                  max_ops: float, jitter: Jitter | None, variation: Variation | None,
                  progress: Callable[[int], None] | None = None) -> None:
@@ -320,6 +323,8 @@ class _Simulation(Interpreter):
         src, dst, now, buf = task.rank, op.peer, self.env.now, op.buf
         if dst >= self.size or dst == src:  # Send itself checked that dst >= 0
             self.check_peer(task, dst, "Send")
+        if type(buf) is not SizeOnly and not _fit(buf):
+            self.check_buffer(task, "Send", buf, dst)
         h = _Handle(task, True, dst, buf, None, now, op.label)
         if self.has_data:
             h.span = _span(buf)
@@ -465,6 +470,8 @@ class _Simulation(Interpreter):
         src, dst = op.peer, task.rank
         if src >= self.size or src == dst:  # Recv itself checked that src >= 0
             self.check_peer(task, src, "Recv")
+        if type(op.buf) is not SizeOnly and not _fit(op.buf):
+            self.check_buffer(task, "Recv" if group is None else "RecvReduce", op.buf, src)
         h = _Handle(task, False, src, op.buf, op.reduce, self.env.now, op.label)
         if self.has_data:
             h.span = _span(op.buf)
@@ -480,11 +487,12 @@ class _Simulation(Interpreter):
     def _pair(self, send: _Handle, recv: _Handle) -> None:
         src, dst, sent, buf = send.task.rank, recv.task.rank, send.buf, recv.buf
         # dtypes compared by identity first: a dtype's == is a numpy call, per message.
-        if len(buf) != len(sent) or (buf.dtype is not sent.dtype and buf.dtype != sent.dtype):
+        # Equal dtypes and byte counts: equally many elements, whatever the shapes.
+        if (buf.dtype is not sent.dtype and buf.dtype != sent.dtype) or buf.nbytes != sent.nbytes:
             raise MessageSizeError(
-                f"rank {dst} posted a Recv of {len(buf)} x {buf.dtype} from rank {src} "
+                f"rank {dst} posted a Recv of {elements(buf)} x {buf.dtype} from rank {src} "
                 f"on channel {recv.task.channel!r}, but the matching Send from rank {src} "
-                f"carries {len(sent)} x {sent.dtype}")
+                f"carries {elements(sent)} x {sent.dtype}")
         if (send.data is None) != (not isinstance(buf, np.ndarray)):
             raise ProtocolError(f"ranks {src} and {dst} mix size-only and numpy buffers")
         if send.in_switch != (recv.group is not None):
@@ -709,10 +717,12 @@ class _Simulation(Interpreter):
                                     f"{h.peer} before waiting for it")
         for h in handles:
             if not h.is_send and h.data is not None:
+                # The bytes travel: a message lands in a buffer of another shape as it is.
+                data = h.data if h.data.shape == h.buf.shape else h.data.reshape(h.buf.shape)
                 if h.reduce is None:
-                    h.buf[...] = h.data
+                    h.buf[...] = data
                 else:
-                    reference.combine(h.reduce, h.buf, h.data)
+                    reference.combine(h.reduce, h.buf, data)
 
     # -- local work ----------------------------------------------------------------------
 
@@ -774,6 +784,8 @@ class _Simulation(Interpreter):
         return self._sleep_until(task, self._occupy_memory(task, op.src.nbytes, "reduce"))
 
     def divide(self, task: _Task, op: Divide) -> Any:
+        if type(op.buf) is not SizeOnly and not _fit(op.buf):
+            self.check_buffer(task, "Divide", op.buf)
         if self.has_data:
             self.check_local(task, "Divide", _span, writes=(op.buf,))
         if isinstance(op.buf, np.ndarray):
@@ -871,7 +883,7 @@ class _Simulation(Interpreter):
 
 
 def _describe_messages(sends: list[_Handle]) -> str:
-    return ", ".join(f"rank {s.task.rank} -> rank {s.peer} ({len(s.buf)} x {s.buf.dtype} on "
+    return ", ".join(f"rank {s.task.rank} -> rank {s.peer} ({elements(s.buf)} x {s.buf.dtype} on "
                      f"channel {s.task.channel!r})" for s in sends[:10]) + (
         f" and {len(sends) - 10} more" if len(sends) > 10 else "")
 
@@ -880,8 +892,13 @@ def _ticks(seconds: float) -> int:
     return round(seconds * TICKS_PER_SECOND)
 
 
+def _fit(buf: Any) -> bool:
+    # A numpy buffer that check_buffer would pass, tested quickly: this runs per message.
+    return type(buf) is np.ndarray and buf.flags.c_contiguous and buf.ndim > 0
+
+
 def _span(buf: np.ndarray) -> Span:
-    # Algorithms hand the ops contiguous 1-D views.
+    # check_buffer let only contiguous buffers through.
     start = buf.__array_interface__["data"][0]
     return "cpu", start, start + buf.nbytes
 

@@ -482,3 +482,19 @@ def test_an_interrupt_is_one_line_and_status_130(capsys: pytest.CaptureFixture[s
         raise KeyboardInterrupt
     assert run_command("simcomm", interrupted, (ValueError,)) == 130
     assert capsys.readouterr() == ("", "simcomm: interrupted\n")
+
+
+def test_bench_check_fails_on_wrong_values_and_names_a_scalar_result(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "bad_results.py").write_text(
+        "from algorithms import Compute\n\n\n"
+        "def wrong(comm, x, op=None):\n    yield Compute(0.0)\n    return x * 0 + 7\n\n\n"
+        "def scalar(comm, x, op=None):\n    yield Compute(0.0)\n    return 3.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["--kind", "allreduce", "--ranks", "2", "-c", "1", "--sizes", "1KiB",
+            "--topology", "ring", "--bandwidth", "100GB/s", "--latency", "5us"]
+    assert main(["bench", "--algorithm", "bad_results:wrong", *argv]) == 1
+    assert "FAILED" in capsys.readouterr().out
+    assert main(["bench", "--algorithm", "bad_results:scalar", *argv]) == 2
+    assert "rank 0 returned the scalar 3.0" in capsys.readouterr().err

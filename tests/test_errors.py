@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from algorithms import (
-    Comm, Compute, Join, Recv, Send, Spawn, Wait, broadcast, reduce, ring_allreduce,
+    SUM, Combine, Comm, Compute, Copy, Join, Recv, Send, Spawn, Wait, broadcast, reduce,
+    ring_allreduce,
 )
 from algorithms.harness.catalog import COLLECTIVES
 from simcomm import (
@@ -448,3 +449,63 @@ def test_a_tuner_a_trace_and_keywords_are_checked_before_the_run(tmp_path) -> No
         simulate(ring_allreduce, sizes, four, trace=tmp_path)
     with pytest.raises(ValueError, match="does not exist"):
         simulate(ring_allreduce, sizes, four, trace=tmp_path / "no" / "trace.json")
+
+
+# -- buffers an op cannot take ---------------------------------------------------------------
+
+def _pair(send_view, recv_view):
+    def algorithm(comm, x):
+        if comm.rank == 0:
+            yield Wait((yield Send(1, send_view(x))))
+        elif comm.rank == 1:
+            yield Wait((yield Recv(0, recv_view(x))))
+        return x
+    return algorithm
+
+
+@pytest.mark.parametrize("send_view, recv_view", [
+    (lambda x: x[:2], lambda x: x.reshape(2, 2)), (lambda x: x.reshape(2, 2), lambda x: x[:2]),
+], ids=["fewer", "more"])
+def test_a_2d_buffer_is_sized_by_its_elements_not_its_rows(send_view, recv_view) -> None:
+    with pytest.raises(MessageSizeError, match=r"rank 1 posted a Recv of \d x float32 from rank 0"):
+        run(_pair(send_view, recv_view))
+
+
+def test_a_message_lands_whole_in_a_buffer_of_another_shape() -> None:
+    results = run(_pair(lambda x: x, lambda x: x.reshape(2, 2))).results
+    assert results[1].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("send_view, recv_view, message", [
+    (lambda x: x[::2], lambda x: x[:2], r"rank 0 posted a Send to rank 1 .*non-contiguous"),
+    (lambda x: x[:2], lambda x: x[::2], r"rank 1 posted a Recv from rank 0 .*non-contiguous"),
+    (lambda x: x[0], lambda x: x[:1], r"rank 0 posted a Send to rank 1 .*element.*x\[i:i\+1\]"),
+    (lambda x: x[:1], lambda x: x[1], r"rank 1 posted a Recv from rank 0 .*single element"),
+    (lambda x: list(x), lambda x: x, r"rank 0 posted a Send to rank 1 .*a list: give a numpy"),
+], ids=["strided-send", "strided-recv", "element-send", "element-recv", "list"])
+def test_a_buffer_an_op_cannot_take_is_refused_when_posted(send_view, recv_view, message) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        run(_pair(send_view, recv_view))
+
+
+def test_disjoint_strided_views_are_refused_not_taken_for_overlapping() -> None:
+    def algorithm(comm, x):
+        if comm.rank == 0:
+            yield Wait((yield Send(1, x[::2])), (yield Send(1, x[1::2])))
+        elif comm.rank == 1:
+            yield Wait((yield Recv(0, x[:2])), (yield Recv(0, x[2:])))
+
+    with pytest.raises(ProtocolError, match="rank 0 posted a Send to rank 1 .*non-contiguous"):
+        run(algorithm)
+
+
+@pytest.mark.parametrize("op, message", [
+    (lambda x: Combine(x.reshape(2, 2), x[:2].copy(), SUM), r"rank 0 combined \(2,\) float32"),
+    (lambda x: Copy(x[:2].copy(), x[::2]), "rank 0 posted a Copy .*non-contiguous"),
+], ids=["combine-shape", "copy-strided"])
+def test_a_copy_or_combine_refuses_buffers_that_would_broadcast_or_stride(op, message) -> None:
+    def algorithm(comm, x):
+        yield op(x)
+
+    with pytest.raises(ProtocolError, match=message):
+        run(algorithm)

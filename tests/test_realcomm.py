@@ -450,6 +450,14 @@ def send_to_self(comm: Comm, x: Any) -> Any:
     yield Wait((yield Send(comm.rank, x)))
 
 
+def strided_send(comm: Comm, x: Any) -> Any:
+    yield Wait((yield Send(1 - comm.rank, x[::2])))
+
+
+def element_send(comm: Comm, x: Any) -> Any:
+    yield Wait((yield Send(1 - comm.rank, x[0])))
+
+
 def undeclared_channel(comm: Comm, x: Any) -> Any:
     yield Join((yield Spawn(ring_allreduce(comm, x), channel="bucket 9")))
 
@@ -473,6 +481,8 @@ def not_an_op(comm: Comm, x: Any) -> Any:
     (wait_twice, "waited twice on its Send to rank"),
     (no_wait, "returned without waiting for: Send to rank"),
     (send_to_self, "to itself; use Copy"),
+    (strided_send, "on channel 0 of a non-contiguous (strided) view"),
+    (element_send, "of a single element (Tensor): use a slice such as x[i:i+1]"),
     (undeclared_channel, "declare it: Driver(channels=[...])"),
     (unjoined, "without joining its tasks on channels [1]"),
     (send_over_plain_receive, "which reads memory that its outstanding Recv from rank"),

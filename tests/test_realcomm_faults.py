@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from algorithms import (
-    AVG, MAX, SUM, Comm, Compute, Recv, Send, Wait, all_gather, nccl_ring_allreduce, reduce,
-    ring_allreduce, ring_channels,
+    AVG, MAX, SUM, Comm, Compute, Join, Recv, Send, Spawn, Wait, all_gather, nccl_ring_allreduce,
+    reduce, ring_allreduce, ring_channels,
 )
 from algorithms.protocol import AlgorithmError
 from realcomm import Driver, RealcommError, SpawnError, spawn
@@ -79,6 +79,26 @@ def _changes_its_send_buffer(comm: Comm, x: torch.Tensor
     received = yield Recv(0, x)
     yield Wait(received)
     return x
+
+
+def _join_cycle(comm: Comm, x: torch.Tensor) -> Generator[Any, Any, torch.Tensor]:
+    """Two tasks that join each other, and the main task joins the first."""
+    box: dict[str, Any] = {}
+
+    def task(other: str) -> Generator[Any, Any, None]:
+        yield Compute(1e-4)
+        yield Join(box[other])
+
+    box["a"] = yield Spawn(task("b"), 1)
+    box["b"] = yield Spawn(task("a"), 2)
+    yield Join(box["a"])
+    yield Join(box["b"])
+    return x
+
+
+def _joins_in_a_cycle() -> tuple[str, Any]:
+    return _outcome(Driver(channels=[1, 2], timeout=SHORT_TIMEOUT).run, _join_cycle,
+                    torch.ones(4))
 
 
 def _outcome(run: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[str, Any]:
@@ -169,6 +189,17 @@ def test_a_rank_that_gloo_aborts_shows_its_last_error_output() -> None:
         in message, message
     assert "Received data size doesn't match expected size" in message
     assert "Received data size doesn't match expected size" in info.value.failures[1]
+
+
+def test_tasks_that_join_each_other_raise_a_deadlock_naming_them(hang_guard: None) -> None:
+    begin = time.monotonic()
+    outcomes = spawn(_joins_in_a_cycle, 2, grace=GRACE)
+    assert time.monotonic() - begin < SHORT_TIMEOUT + 10  # start-up included
+    assert outcomes == [("DeadlockError", (
+        f"deadlock on rank {rank}: every task waits for a Join of another, none for a message "
+        f"or a computation: rank {rank} (channel 0) waits for Join of its task on channel 1; "
+        f"rank {rank} (channel 1) waits for Join of its task on channel 2; rank {rank} "
+        "(channel 2) waits for Join of its task on channel 1")) for rank in range(2)]
 
 
 def _dtype_outcomes() -> dict[str, str]:

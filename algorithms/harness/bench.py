@@ -488,13 +488,16 @@ def count_wrong(collective: Collective, inputs: Sequence[np.ndarray],
     expected = collective.reference(
         list(inputs), **{k: v for k, v in offered.items() if k in accepted})
     wrong = 0
-    for want, got in zip(expected, results):
+    for rank, (want, got) in enumerate(zip(expected, results)):
         if want is None:
             continue
         if got is None:
             wrong += len(want)
             continue
         got = np.asarray(got)
+        if got.ndim == 0:
+            raise ValueError(f"{collective.name}: rank {rank} returned the scalar "
+                             f"{got.item()!r}, not an array of {len(want)} elements")
         common = min(len(want), len(got))
         wrong += int(np.count_nonzero(want[:common] != got[:common]))
         wrong += abs(len(want) - len(got))
@@ -576,6 +579,12 @@ class RowWriter:
         self._algo = algo_column
         self._spread = spread
         self.rows: list[BenchRow] = []  # those written so far
+
+    @property
+    def failed(self) -> bool:
+        """Whether a row written so far found wrong values (the run should exit non-zero,
+        as nccl-tests does)."""
+        return any(row.wrong for row in self.rows)
 
     def start(self) -> None:
         """The header: the table's comments (and heading, if known), or the CSV header."""
