@@ -389,8 +389,8 @@ class Interpreter(ABC):
         # Any task of the rank may join any other, any number of times (DDP and FSDP chain
         # their collectives on a stream so, and FSDP's compute waits on them too).
         if not isinstance(child, Task) or child is task or child.rank != task.rank:
-            raise ProtocolError(f"rank {task.rank} joined {child!r}, which is not another "
-                                "task of this rank (tasks come from Spawn)")
+            raise ProtocolError(f"rank {task.rank} joined {_named(child, task)}, which is not "
+                                "another task of this rank (tasks come from Spawn)")
         if child.done:
             child.joined = True
             return child.result
@@ -423,8 +423,8 @@ class Interpreter(ABC):
         pending = 0
         for h in handles:
             if not isinstance(h, Handle):
-                raise ProtocolError(f"rank {task.rank} waited on {h!r}, which is not a Send "
-                                    "or Recv handle (join tasks with Join)")
+                raise ProtocolError(f"rank {task.rank} waited on {_named(h, task)}, which is "
+                                    "not a Send or Recv handle (join tasks with Join)")
             if h.task is not task:
                 raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) waited on a "
                                     "handle that another task posted")
@@ -519,3 +519,17 @@ class Interpreter(ABC):
                         f"rank {task.rank} waited on its {h.describe()} before its "
                         f"{other.describe()}, posted earlier into the same memory: wait for "
                         "receives into one buffer in the order they were posted")
+
+
+def _named(thing: object, task: Task) -> str:
+    # What an op was given in place of a task or a handle, as the algorithm's author knows it.
+    if isinstance(thing, (list, tuple)):
+        return (f"a {type(thing).__name__} of {len(thing)} items (unpack it: "
+                f"Wait(*handles))")
+    if thing is task:
+        return "itself"
+    if isinstance(thing, Task):
+        return f"a task of rank {thing.rank} (channel {thing.channel!r})"
+    if isinstance(thing, Handle):
+        return f"its {thing.describe()}"
+    return repr(thing)

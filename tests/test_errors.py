@@ -202,6 +202,13 @@ def wait_on_a_task(comm, x):
     yield Wait(task)
 
 
+def wait_on_a_list(comm, x):
+    if comm.rank == 1:
+        yield Wait([(yield Send(2, x))])
+    elif comm.rank == 2:
+        yield Wait((yield Recv(1, x)))
+
+
 def wait_on_another_tasks_handle(comm, x):
     if comm.rank == 2:
         yield Wait((yield Recv(1, x)))
@@ -233,10 +240,14 @@ PROTOCOL_ERRORS = [
     (spawn_on_own_channel, r"rank 0 spawned a task on channel 0, which a live task"),
     (spawn_on_busy_channel, r"rank 0 spawned a task on channel 1, which a live task"),
     (join_not_a_task, r"rank 0 joined 42, which is not another task of this rank"),
-    (join_a_handle, r"rank 1 joined .*, which is not another task of this rank"),
+    (join_a_handle, r"rank 1 joined its Send to rank 2 on channel 0 .*, which is not "
+                    r"another task of this rank"),
+    (wait_on_a_list, r"rank 1 waited on a list of 1 items \(unpack it: Wait\(\*handles\)\), "
+                     r"which is not a Send or Recv handle"),
     (return_without_join, r"rank 0 \(channel 0\) returned without joining its tasks on "
                           r"channels \[1\]"),
-    (wait_on_a_task, r"rank 0 waited on .*, which is not a Send or Recv handle"),
+    (wait_on_a_task, r"rank 0 waited on a task of rank 0 \(channel 1\), which is not a Send "
+                     r"or Recv handle"),
     (wait_on_another_tasks_handle, r"rank 1 \(channel 0\) waited on a handle that another "
                                    r"task posted"),
     (yield_a_non_op, r"rank 0 yielded 42, which is not an op"),
