@@ -408,6 +408,10 @@ class Interpreter(ABC):
             raise ProtocolError(f"rank {task.rank} posted a {what} with peer {peer}, but the "
                                 f"world has {self.size} ranks")
 
+    def buffer_fits(self, buf: Any) -> bool:
+        """Whether ``buf`` passes ``check_buffer`` (a transport may test it faster)."""
+        return buffer_problem(buf, self.buffer_kinds, self.buffer_advice) is None
+
     def check_buffer(self, task: Task, what: str, buf: Any, peer: int | None = None) -> None:
         """Refuse a buffer that is not one of ``buffer_kinds``, is a single element or is not
         contiguous, naming the rank, the op (``what``) and its peer, if it has one."""
@@ -446,8 +450,9 @@ class Interpreter(ABC):
         """A copy or a combine is between fit buffers of equal shape and dtype (a shape
         that differs would broadcast)."""
         what = type(op).__name__
-        self.check_buffer(task, what, op.src)
-        self.check_buffer(task, what, op.dst)
+        for buf in (op.src, op.dst):
+            if not self.buffer_fits(buf):
+                self.check_buffer(task, what, buf)
         if (getattr(op.dst, "shape", len(op.dst)) != getattr(op.src, "shape", len(op.src))
                 or op.dst.dtype != op.src.dtype):
             def shape(buf: Any) -> str:

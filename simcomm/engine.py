@@ -212,6 +212,9 @@ class _Simulation(Interpreter):
     buffer_kinds = (np.ndarray, SizeOnly)
     buffer_advice = "give a numpy array (or a SizeOnly)"
 
+    def buffer_fits(self, buf: Any) -> bool:
+        return _fit(buf)
+
     def __init__(self, topology: Topology, record: bool, has_data: bool, eager_limit: int,
                  max_ops: float, jitter: Jitter | None, variation: Variation | None,
                  progress: Callable[[int], None] | None = None) -> None:
@@ -323,7 +326,7 @@ class _Simulation(Interpreter):
         src, dst, now, buf = task.rank, op.peer, self.env.now, op.buf
         if dst >= self.size or dst == src:  # Send itself checked that dst >= 0
             self.check_peer(task, dst, "Send")
-        if type(buf) is not SizeOnly and not _fit(buf):
+        if not _fit(buf):
             self.check_buffer(task, "Send", buf, dst)
         h = _Handle(task, True, dst, buf, None, now, op.label)
         if self.has_data:
@@ -470,7 +473,7 @@ class _Simulation(Interpreter):
         src, dst = op.peer, task.rank
         if src >= self.size or src == dst:  # Recv itself checked that src >= 0
             self.check_peer(task, src, "Recv")
-        if type(op.buf) is not SizeOnly and not _fit(op.buf):
+        if not _fit(op.buf):
             self.check_buffer(task, "Recv" if group is None else "RecvReduce", op.buf, src)
         h = _Handle(task, False, src, op.buf, op.reduce, self.env.now, op.label)
         if self.has_data:
@@ -784,7 +787,7 @@ class _Simulation(Interpreter):
         return self._sleep_until(task, self._occupy_memory(task, op.src.nbytes, "reduce"))
 
     def divide(self, task: _Task, op: Divide) -> Any:
-        if type(op.buf) is not SizeOnly and not _fit(op.buf):
+        if not _fit(op.buf):
             self.check_buffer(task, "Divide", op.buf)
         if self.has_data:
             self.check_local(task, "Divide", _span, writes=(op.buf,))
@@ -893,8 +896,9 @@ def _ticks(seconds: float) -> int:
 
 
 def _fit(buf: Any) -> bool:
-    # A numpy buffer that check_buffer would pass, tested quickly: this runs per message.
-    return type(buf) is np.ndarray and buf.flags.c_contiguous and buf.ndim > 0
+    # A buffer that check_buffer would pass, tested quickly: this runs per message.
+    return type(buf) is SizeOnly or (type(buf) is np.ndarray and buf.flags.c_contiguous
+                                     and buf.ndim > 0)
 
 
 def _span(buf: np.ndarray) -> Span:
