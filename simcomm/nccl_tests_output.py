@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from algorithms.harness.bench import DTYPES, BenchRow
-from algorithms.harness.catalog import KINDS
 
 _GPUS_PER_PROCESS = re.compile(r"^#.*\bnGpus\s+(\d+)")
 _RANK = re.compile(r"^#\s+Rank\s+\d+\s")
@@ -46,10 +46,31 @@ class NcclTestsRun:
 
 
 def program_kind(program: str) -> str | None:
-    """The kind of collective an nccl-tests program times (``all_gather_perf``:
-    ``allgather``, a name of ``KINDS``), or None for one the catalog has no kind for."""
-    kind = program.removesuffix("_perf").replace("_", "")
-    return kind if kind in KINDS else None
+    """The collective an nccl-tests program times, named as ``KINDS`` of
+    ``algorithms.harness.catalog`` names them (``all_gather_perf``: ``allgather``;
+    ``sendrecv_perf``: ``sendrecv``, which no algorithm of the catalog is), or None for a
+    name that is not an nccl-tests program's (``*_perf``)."""
+    if not program.endswith("_perf"):
+        return None
+    return program.removesuffix("_perf").replace("_", "")
+
+
+def check_measured_rows(rows: Sequence[BenchRow], source: str) -> None:
+    """Refuse rows that are no measurement to compare: a row whose results were found
+    wrong (``#wrong`` > 0; N/A, not checked, is fine) and a size in two rows (two runs in
+    one file). Rows of 0 B may repeat: nccl-tests prints one for each requested size that
+    rounds down to no element. Errors name ``source``."""
+    seen: set[int] = set()
+    for row in rows:
+        if row.wrong:
+            raise ValueError(f"{source}: the row of size {row.size} has {row.wrong} wrong "
+                             "elements (#wrong): the time of a run with wrong results is "
+                             "no measurement")
+        if row.size in seen:
+            raise ValueError(f"{source}: size {row.size} is in two rows (two runs in one "
+                             "file?); give each run a file of its own")
+        if row.size:
+            seen.add(row.size)
 
 
 def looks_like_nccl_tests_output(text: str) -> bool:
@@ -61,7 +82,7 @@ def parse_nccl_tests_output(text: str, source: str = "input") -> NcclTestsRun:
     """The rows, ``-g``, ranks and program of nccl-tests' printed output of one run; lines
     that are neither comments nor results (log lines of NCCL or MPI mixed in) are passed
     over. Errors name ``source`` and the line; output of several runs is refused, since
-    their rows would mix."""
+    their rows would mix, and so are rows that ``check_measured_rows`` refuses."""
     rows, gpus, ranks, program, headers = [], 1, 0, "", 0
     for number, tagged in enumerate(text.splitlines(), 1):
         line = _MPI_TAG.sub("", tagged)
@@ -80,6 +101,7 @@ def parse_nccl_tests_output(text: str, source: str = "input") -> NcclTestsRun:
                          "give each run a file of its own")
     if not rows:
         raise ValueError(f"{source}: no result lines of nccl-tests found")
+    check_measured_rows(rows, source)
     return NcclTestsRun(rows, gpus, ranks, program)
 
 
@@ -106,7 +128,7 @@ def published_notes(text: str) -> dict[str, str]:
 def parse_published_table(text: str, source: str = "input") -> NcclTestsRun:
     """The rows, ``-g``, ranks and program of a published table (see the module doc); an
     empty root (tables of nccl-tests before 2.10) is -1. Errors name ``source`` and the
-    line."""
+    line; rows that ``check_measured_rows`` refuses are refused."""
     notes = published_notes(text)
     data = [(number, line) for number, line in enumerate(text.splitlines(), 1)
             if line.strip() and not line.startswith("#")]
@@ -125,6 +147,7 @@ def parse_published_table(text: str, source: str = "input") -> NcclTestsRun:
                              f"{line!r}") from None
     if not rows:
         raise ValueError(f"{source}: a published table without rows")
+    check_measured_rows(rows, source)
     gpus = _GPUS_PER_PROCESS.match("# " + notes.get("test header", ""))
     ranks = _PUBLISHED_RANKS.search(notes.get("gpus_per_node", ""))
     return NcclTestsRun(rows, int(gpus.group(1)) if gpus else 1,

@@ -17,8 +17,8 @@ from pathlib import Path
 from algorithms.harness.bench import BenchRow
 from simcomm.bench import algorithm_config, bench_size
 from simcomm.nccl_tests_output import (
-    looks_like_nccl_tests_output, looks_like_published_table, parse_nccl_tests_output,
-    parse_published_table, program_kind,
+    check_measured_rows, looks_like_nccl_tests_output, looks_like_published_table,
+    parse_nccl_tests_output, parse_published_table, program_kind,
 )
 from simcomm.sweep_csv import Series, read_bench_rows
 from simcomm.topology import Topology
@@ -84,14 +84,17 @@ def read_measured(path: str | os.PathLike[str], ranks: int
     """The measured rows of a bench CSV, of nccl-tests' printed output or of a published
     table (``benchmarks/published/``), the GPUs each of its processes drove and the
     nccl-tests program that ran ("" if not known); nccl-tests' output and a published
-    table must have ``ranks`` ranks, if they say."""
+    table must have ``ranks`` ranks, if they say, and no file of any of them rows that
+    ``check_measured_rows`` refuses (wrong results, a size twice)."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     if looks_like_published_table(text):
         run = parse_published_table(text, str(path))
     elif looks_like_nccl_tests_output(text):
         run = parse_nccl_tests_output(text, str(path))
     else:
-        return read_bench_rows(path), 1, ""
+        bench_rows = read_bench_rows(path)
+        check_measured_rows(bench_rows, str(path))
+        return bench_rows, 1, ""
     if run.ranks and run.ranks != ranks:
         raise ValueError(f"{path}: nccl-tests ran on {run.ranks} ranks, the topology has "
                          f"{ranks}")

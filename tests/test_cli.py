@@ -475,6 +475,25 @@ def test_validate_splits_measured_at_the_last_equals_sign(
     assert "nccl_allreduce:algorithm=ring     1MiB" in capsys.readouterr().out
 
 
+def test_validate_refuses_a_bench_csv_with_wrong_results_or_a_size_twice(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # As nccl-tests' output is refused for them (tests/test_nccl_tests_output.py).
+    row, = bench(capsys, "--algorithm", "nccl_allreduce", "--topology", "dgx-h100",
+                 "--sizes", "1MiB")
+    line = ",".join(row.values())
+    measured = tmp_path / "m.csv"
+    for rows, message in (
+            ([line, line], "size 1048576 is in two rows (two runs in one file?); give each "
+                           "run a file of its own"),
+            ([",".join({**row, "wrong": "2"}.values())],
+             "the row of size 1048576 has 2 wrong elements (#wrong): the time of a run with "
+             "wrong results is no measurement")):
+        measured.write_text("\n".join([CSV_HEADER, *rows]) + "\n")
+        assert main(["validate", "--topology", "dgx-h100", "--measured",
+                     f"nccl_allreduce={measured}"]) == 2
+        assert capsys.readouterr().err == f"simcomm: error: {measured}: {message}\n"
+
+
 def test_an_interrupt_is_one_line_and_status_130(capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C ends either command (simcomm's and realcomm's share ``run_command``) with
     one line instead of a traceback, and the shells' status for it."""

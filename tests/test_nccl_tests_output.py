@@ -105,6 +105,41 @@ def test_validate_refuses_a_measured_time_that_is_not_finite_and_positive(
             "finite and > 0") in err
 
 
+def test_validate_refuses_rows_that_nccl_tests_found_wrong(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # The 1 MiB run's out-of-place results had 3 wrong elements: its time is no measurement.
+    wrong = CURRENT.replace("41.70      0", "41.70      3")
+    assert validate(tmp_path, wrong, "dgx-h100") == 2
+    assert capsys.readouterr().err == (
+        f"simcomm: error: {tmp_path / 'all_reduce_perf.out'}: the row of size 1048576 has 3 "
+        "wrong elements (#wrong): the time of a run with wrong results is no measurement\n")
+    # nccl-tests -c 0 checks nothing and prints N/A: read as not checked, and compared.
+    unchecked = CURRENT.replace("      0    ", "    N/A    ")
+    assert [row.wrong for row in parse_nccl_tests_output(unchecked).rows] == [None, None]
+    assert validate(tmp_path, unchecked, "dgx-h100") == 0
+
+
+def test_a_size_in_two_rows_is_refused_and_0_b_rows_may_repeat(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Two runs' rows in one file (their second test header cut away) used to be compared
+    # both, each counted in the summary.
+    row = CURRENT.splitlines()[17]
+    assert row.split()[0] == "1048576"
+    assert validate(tmp_path, CURRENT.replace(row, f"{row}\n{row}"), "dgx-h100") == 2
+    assert capsys.readouterr().err == (
+        f"simcomm: error: {tmp_path / 'all_reduce_perf.out'}: size 1048576 is in two rows "
+        "(two runs in one file?); give each run a file of its own\n")
+    table = (PUBLISHED / "a100-1node-default-abci.csv").read_text()
+    last = table.splitlines()[-1]
+    with pytest.raises(ValueError, match=r"^t.csv: size 33554432 is in two rows"):
+        parse_published_table(f"{table}{last}\n", "t.csv")
+    # Requested sizes below one element print as 0 B each time (SuperBench's 1 B and 2 B).
+    zero = OLD.splitlines()[2]
+    assert zero.split()[0] == "0"
+    assert [r.size for r in parse_nccl_tests_output(OLD.replace(zero, f"{zero}\n{zero}")).rows
+            ] == [0, 0, 64]
+
+
 def _nccl_tests_line(size: int, count: int, dtype: str, redop: str, root: int,
                      runs: list[tuple[float, float, float, int]]) -> str:
     # As nccl-tests' src/common.cu prints a result: the five columns, then per run (out of
@@ -117,12 +152,16 @@ def _nccl_tests_line(size: int, count: int, dtype: str, redop: str, root: int,
     return line
 
 
+def _run(wrong: st.SearchStrategy[int]) -> st.SearchStrategy[tuple[float, float, float, int]]:
+    return st.tuples(st.floats(0.01, 1e6), st.floats(0, 999), st.floats(0, 999), wrong)
+
+
+# Each size once, and no wrong elements out of place (both refused); in place, any.
 @given(rows=st.lists(st.tuples(
     st.integers(0, 1 << 36), st.sampled_from(sorted(DTYPES)),
     st.sampled_from(["sum", "prod", "max", "min", "avg", "none"]), st.integers(-1, 7),
-    st.lists(st.tuples(st.floats(0.01, 1e6), st.floats(0, 999), st.floats(0, 999),
-                       st.integers(0, 9999)), min_size=2, max_size=2)), min_size=1, max_size=8),
-       gpus=st.integers(1, 8))
+    st.tuples(_run(st.just(0)), _run(st.integers(0, 9999))).map(list)),
+    min_size=1, max_size=8, unique_by=lambda row: row[0]), gpus=st.integers(1, 8))
 def test_every_printed_result_line_reads_back(rows, gpus) -> None:
     text = [f"# nThread 1 nGpus {gpus} minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5"]
     for size, dtype, redop, root, runs in rows:
@@ -150,9 +189,16 @@ def test_mpi_tags_the_program_and_one_run_a_file(
     assert validate(tmp_path, tagged, "dgx-h100") == 2
     assert capsys.readouterr().err.endswith(
         "nccl-tests ran all_gather_perf, and nccl_allreduce is allreduce\n")
-    # Programs of collectives the catalog has no kind for are not checked.
+    # A program of a collective the catalog has no kind for is another collective too; a
+    # name that is no nccl-tests program's (a renamed binary, none printed) is not checked.
     assert [program_kind(p) for p in ("reduce_scatter_perf", "alltoall_perf", "sendrecv_perf",
-                                      "")] == ["reducescatter", "alltoall", None, None]
+                                      "my_bench", "")] == [
+        "reducescatter", "alltoall", "sendrecv", None, None]
+    assert validate(tmp_path, "# Collective test starting: sendrecv_perf\n" + CURRENT,
+                    "dgx-h100") == 2  # used to be compared as an all-reduce
+    assert capsys.readouterr().err == (f"simcomm: error: {tmp_path / 'all_reduce_perf.out'}: "
+                                       "nccl-tests ran sendrecv_perf, and nccl_allreduce is "
+                                       "allreduce\n")
     with pytest.raises(ValueError, match="run.txt: holds 2 runs of nccl-tests"):
         parse_nccl_tests_output(CURRENT + OLD, "run.txt")
 
@@ -194,3 +240,9 @@ def test_validate_reads_a_published_table(capsys: pytest.CaptureFixture[str]) ->
                  f"nccl_allreduce={table}"]) == 0
     summary = capsys.readouterr().out.strip().splitlines()[-1].split()
     assert summary[:3] == ["nccl_allreduce", "24", "36.9%"]
+    # A table's program is checked as nccl-tests' output's is.
+    gather = PUBLISHED / "h100-1node-ring-allgather-togethernccl.csv"
+    assert main(["validate", "--topology", "dgx-h100", "--measured",
+                 f"nccl_allreduce={gather}"]) == 2
+    assert capsys.readouterr().err == (f"simcomm: error: {gather}: nccl-tests ran "
+                                       "all_gather_perf, and nccl_allreduce is allreduce\n")
