@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -89,8 +90,17 @@ def check_flag(value: object, name: str) -> bool:
     return value
 
 
-def _bad_rank(value: object, what: str) -> ValueError:
-    return ValueError(f"{what} must be a non-negative int rank, got {value!r}")
+def _rank(value: object, what: str) -> int:
+    """``value`` as a plain int if it is a non-negative integer of any type that
+    ``operator.index`` takes (a numpy integer, say) other than bool; else a ValueError
+    naming ``what``."""
+    try:
+        rank = operator.index(value)
+    except TypeError:
+        rank = -1
+    if isinstance(value, bool) or rank < 0:
+        raise ValueError(f"{what} must be a non-negative int rank, got {value!r}")
+    return rank
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -112,7 +122,7 @@ class Send:
     def __post_init__(self) -> None:
         # type() rather than isinstance(): it turns bools away, and ops are made per message.
         if type(self.peer) is not int or self.peer < 0:
-            raise _bad_rank(self.peer, "Send.peer")
+            object.__setattr__(self, "peer", _rank(self.peer, "Send.peer"))
         if self.protocol is not _SIMPLE and type(self.protocol) is not Protocol:
             raise TypeError(f"Send.protocol must be a Protocol, got {self.protocol!r}")
         if self.in_switch is not False and self.in_switch is not True:
@@ -134,19 +144,21 @@ class Recv:
 
     def __post_init__(self) -> None:
         if type(self.peer) is not int or self.peer < 0:
-            raise _bad_rank(self.peer, "Recv.peer")
+            object.__setattr__(self, "peer", _rank(self.peer, "Recv.peer"))
         if self.reduce is not None and type(self.reduce) is not ReduceOp:
             raise TypeError(f"Recv.reduce must be a ReduceOp or None, got {self.reduce!r}")
 
 
-def _check_peers(peers: tuple[int, ...], what: str) -> None:
+def _check_peers(op: Multicast | RecvReduce) -> None:
+    # Sets op.peers to its ranks as plain ints.
+    what, peers = type(op).__name__, op.peers
     if type(peers) is not tuple or not peers:
         raise TypeError(f"{what}.peers must be a non-empty tuple of ranks, got {peers!r}")
-    for peer in peers:
-        if type(peer) is not int or peer < 0:
-            raise _bad_rank(peer, f"{what}.peers")
-    if len(set(peers)) != len(peers):
+    name = f"{what}.peers"
+    ranks = tuple(_rank(peer, name) for peer in peers)
+    if len(set(ranks)) != len(ranks):
         raise ValueError(f"{what}.peers names a rank twice: {peers!r}")
+    object.__setattr__(op, "peers", ranks)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -164,7 +176,7 @@ class Multicast:
     label: str = ""
 
     def __post_init__(self) -> None:
-        _check_peers(self.peers, "Multicast")
+        _check_peers(self)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -184,7 +196,7 @@ class RecvReduce:
     label: str = ""
 
     def __post_init__(self) -> None:
-        _check_peers(self.peers, "RecvReduce")
+        _check_peers(self)
         if type(self.op) is not ReduceOp:
             raise TypeError(f"RecvReduce.op must be a ReduceOp, got {self.op!r}")
 

@@ -10,8 +10,9 @@ whichever transport raised it.
 The rules:
 
 * A rank runs one main task on ``MAIN_CHANNEL``; ``Spawn`` starts another task of the same
-  rank on a channel that no live task of that rank uses. The child runs first, until it
-  blocks; then its spawner goes on.
+  rank on a channel that no live task of that rank uses, running a generator that no task
+  has run (each task its own generator object). The child runs first, until it blocks; then
+  its spawner goes on.
 * ``Send`` and ``Recv`` name a peer other than the rank itself, inside the world. They
   return a handle that the task that posted it waits exactly once, before the task returns.
   ``Multicast`` and ``RecvReduce`` are a ``Send`` or a reducing ``Recv`` per peer, and
@@ -222,6 +223,9 @@ class Interpreter(ABC):
         self.in_flight: dict[int, InFlight] = {}
         self.posted = 0
         self.live_channels: set[tuple[int, Hashable]] = set()
+        # Every task by the id of its generator (the task keeps the generator, and so its
+        # id, alive): a generator runs one task only.
+        self.task_of_gen: dict[int, Task] = {}
         # on_block as step calls it: None where a transport has nothing to do when a task
         # blocks (the simulator), which spares a call per blocking op on its hot path.
         self.block_hook = (None if type(self).on_block is Interpreter.on_block
@@ -311,7 +315,16 @@ class Interpreter(ABC):
     # -- tasks ---------------------------------------------------------------------------
 
     def open_task(self, rank: int, gen: Generator[Any, Any, Any], channel: Hashable) -> Task:
-        """A new task of ``rank`` on ``channel``, which no live task of the rank may use."""
+        """A new task of ``rank`` on ``channel``, which no live task of the rank may use,
+        running ``gen``, which no task may have run."""
+        other = self.task_of_gen.get(id(gen))
+        if other is not None:
+            state = "ended" if other.done else "still running"
+            raise ProtocolError(f"rank {rank} spawned a task on channel {channel!r} with a "
+                                f"generator already spawned as the task of rank {other.rank} "
+                                f"on channel {other.channel!r} ({state}): each task needs its "
+                                "own generator object; call the generator function once per "
+                                "Spawn")
         key = (rank, channel)
         if key in self.live_channels:
             raise ProtocolError(f"rank {rank} spawned a task on channel {channel!r}, which a "
@@ -319,6 +332,7 @@ class Interpreter(ABC):
                                 "distinct channels")
         task = self.new_task(rank, channel, gen)
         self.live_channels.add(key)
+        self.task_of_gen[id(gen)] = task
         return task
 
     def step(self, task: Task, value: Any) -> None:

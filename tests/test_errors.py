@@ -94,6 +94,37 @@ def test_a_join_of_a_blocked_task_deadlocks_naming_both_tasks() -> None:
     assert "rank 0 (channel 1) waits for Recv from rank 1 on channel 1" in message
 
 
+def test_a_deadlock_of_hundreds_of_ranks_names_the_first_and_counts_the_rest() -> None:
+    def send_first(comm, x):
+        yield Wait((yield Send((comm.rank + 1) % comm.size, x)))
+        yield Wait((yield Recv((comm.rank - 1) % comm.size, x)))
+
+    with pytest.raises(DeadlockError) as caught:
+        simulate(send_first, [SizeOnly(4)] * 300, ring(300, 1e9, 1e-6))
+    message = str(caught.value)
+    assert len(message) < 1500, message
+    assert "rank 0 (channel 0) waits for Send to rank 1 on channel 0" in message
+    assert "; and 295 more tasks blocked (300 in all); never received: rank 0 -> rank 1" in message
+    assert "and 295 more. A Send completes only once its peer has posted" in message
+    assert "rank 4 (channel 0)" in message and "rank 5 (channel 0)" not in message
+
+
+def test_a_task_stuck_on_hundreds_of_handles_names_the_first_and_counts_the_rest() -> None:
+    def gather_unsent(comm, x):
+        if comm.rank == 0:
+            handles = []
+            for peer in range(1, comm.size):
+                handles.append((yield Recv(peer, x)))
+            yield Wait(*handles)
+
+    with pytest.raises(DeadlockError) as caught:
+        simulate(gather_unsent, [SizeOnly(4)] * 300, ring(300, 1e9, 1e-6))
+    message = str(caught.value)
+    assert len(message) < 1000, message
+    assert "rank 0 (channel 0) waits for Recv from rank 1 on channel 0" in message
+    assert message.endswith("and rank 5 has already returned; and 294 more of its handles")
+
+
 # -- messages that do not match ----------------------------------------------------------------
 
 @pytest.mark.parametrize("view", [lambda x: x[:3], lambda x: x.view(np.int32)],
@@ -182,6 +213,20 @@ def spawn_on_busy_channel(comm, x):
     yield Join(second)
 
 
+def spawn_one_generator_twice(comm, x):
+    schedule = idle(comm, x)
+    first = yield Spawn(schedule, 1)
+    second = yield Spawn(schedule, 2)
+    yield Join(first)
+    yield Join(second)
+
+
+def spawn_a_finished_generator(comm, x):
+    schedule = idle(comm, x)
+    yield Join((yield Spawn(schedule, 1)))
+    yield Join((yield Spawn(schedule, 2)))
+
+
 def join_not_a_task(comm, x):
     yield Join(42)
 
@@ -239,6 +284,11 @@ PROTOCOL_ERRORS = [
     (modified_before_wait, r"rank 1 changed the buffer of its Send to rank 2"),
     (spawn_on_own_channel, r"rank 0 spawned a task on channel 0, which a live task"),
     (spawn_on_busy_channel, r"rank 0 spawned a task on channel 1, which a live task"),
+    (spawn_one_generator_twice, r"rank 0 spawned a task on channel 2 with a generator already "
+                                r"spawned as the task of rank 0 on channel 1 \(still running\): "
+                                r"each task needs its own generator object"),
+    (spawn_a_finished_generator, r"rank 0 spawned a task on channel 2 with a generator already "
+                                 r"spawned as the task of rank 0 on channel 1 \(ended\)"),
     (join_not_a_task, r"rank 0 joined 42, which is not another task of this rank"),
     (join_a_handle, r"rank 1 joined its Send to rank 2 on channel 0 .*, which is not "
                     r"another task of this rank"),

@@ -4,24 +4,60 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
 
 from algorithms import (
-    SUM, Alloc, Comm, Compute, Copy, Divide, Join, Recv, ReduceOp, Send, Spawn, Wait,
-    ring_allreduce,
+    SUM, Alloc, Comm, Compute, Copy, Divide, Join, Multicast, Recv, RecvReduce, ReduceOp, Send,
+    Spawn, Wait, ring_allreduce,
 )
+from simcomm import fully_connected, simulate
 
 BUF = np.zeros(4, dtype=np.float32)
 
 
 @pytest.mark.parametrize("op", [Send, Recv], ids=lambda op: op.__name__)
-@pytest.mark.parametrize("peer", [-1, 1.0, "1", True, None])
+@pytest.mark.parametrize("peer", [-1, 1.0, "1", True, None, np.int64(-1), np.float64(1.0),
+                                  np.True_], ids=repr)
 def test_peer_must_be_a_non_negative_int(op, peer) -> None:
     with pytest.raises(ValueError, match=rf"{op.__name__}.peer must be a non-negative int rank, "
-                                         rf"got {peer!r}"):
+                                         rf"got {re.escape(repr(peer))}"):
         op(peer, BUF)
+
+
+@pytest.mark.parametrize("op", [Multicast, RecvReduce], ids=lambda op: op.__name__)
+@pytest.mark.parametrize("peer", [1.0, True, np.float64(1.0), np.True_], ids=repr)
+def test_peers_must_be_non_negative_ints(op, peer) -> None:
+    with pytest.raises(ValueError, match=rf"{op.__name__}.peers must be a non-negative int "
+                                         rf"rank, got {re.escape(repr(peer))}"):
+        op((0, peer), BUF)
+
+
+@pytest.mark.parametrize("integer", [np.int64, np.int32, np.uint8])
+def test_numpy_integer_peers_become_plain_ints(integer) -> None:
+    peers = [Send(integer(1), BUF).peer, Recv(integer(1), BUF).peer,
+             *Multicast((integer(1), 2), BUF).peers, *RecvReduce((2, integer(1)), BUF).peers]
+    assert peers == [1, 1, 1, 2, 2, 1]
+    assert all(type(peer) is int for peer in peers)
+    with pytest.raises(ValueError, match=r"Multicast.peers names a rank twice"):
+        Multicast((integer(1), 1), BUF)
+
+
+@pytest.mark.parametrize("integer", [np.int64, np.int32])
+def test_a_ring_with_numpy_integer_peers_runs_in_the_simulator(integer) -> None:
+    def shift(comm, x):
+        # Peers computed with numpy, as users do.
+        right, left = (integer(r) for r in np.mod(comm.rank + np.array([1, -1]), comm.size))
+        incoming = np.empty_like(x)
+        yield Wait((yield Send(right, x)), (yield Recv(left, incoming)))
+        return incoming
+
+    p = 4
+    inputs = [np.full(3, r, dtype=np.float32) for r in range(p)]
+    result = simulate(shift, inputs, fully_connected(p, 1e9, 1e-6))
+    assert [out.tolist() for out in result.results] == [[(r - 1) % p] * 3 for r in range(p)]
 
 
 def test_recv_reduce_must_be_a_reduce_op() -> None:
