@@ -55,6 +55,9 @@ Cost model (alpha-beta with contention):
 
 Data move when a handle is waited (see ``algorithms.ops``); a send's data is taken when it
 is posted, and waiting checks that the algorithm left the send buffer untouched meanwhile.
+Likewise a receive's buffer must be left alone from the Recv until its Wait: with data, the
+Wait checks that it holds what it held when the Recv was posted (a write meanwhile would race
+the data landing on hardware), besides what the landings of earlier receives put there.
 """
 
 from __future__ import annotations
@@ -77,8 +80,8 @@ from algorithms.ops import (
     RecvReduce, ReduceOp, Send, Sleep, Tuner, Wait,
 )
 from algorithms.protocol import (
-    BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
-    RunLimitError, Span, Task, UnreceivedMessageError, elements,
+    BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, InFlight, Interpreter, MessageSizeError,
+    ProtocolError, RunLimitError, Span, Task, UnreceivedMessageError, elements,
 )
 from algorithms import reference
 from simcomm.buffers import SizeOnly, check_dtype
@@ -101,6 +104,9 @@ _NEVER = -(10**40)  # the tail of a message that has crossed no link yet, in tic
 # all-reduce on 1,024 ranks (6.3 million ops), some minutes of simulation; past it, an
 # algorithm that never ends is the likelier cause.
 DEFAULT_MAX_OPS = 300_000_000
+# How many stuck tasks, handles of a task or messages an error names before it counts the
+# rest: a deadlock of thousands of ranks still reads in a few lines.
+_LISTED = 5
 _SIMPLE = Protocol.SIMPLE
 PROGRESS_EVERY = 4096  # messages between two calls of simulate's progress
 
@@ -134,7 +140,8 @@ class _Handle(Handle):
     """
 
     __slots__ = ("nbytes", "data", "recv", "matched", "arrived", "posted",
-                 "message", "route", "hop", "tail", "trace_index", "in_switch", "group")
+                 "message", "route", "hop", "tail", "trace_index", "in_switch", "group",
+                 "snapshot")
 
     def __init__(self, task: _Task, is_send: bool, peer: int, buf: Any,
                  reduce: ReduceOp | None, posted: float, label: str) -> None:
@@ -148,7 +155,8 @@ class _Handle(Handle):
         self.message = -1  # a Send's number; a Recv's is its matching Send's
         # Only a Send sets nbytes, route (link, ticks per byte, latency, gap), hop (the next
         # link its head enters), tail (when its tail reached the end of the last link
-        # crossed) and trace_index (its place in the trace, or -1).
+        # crossed) and trace_index (its place in the trace, or -1). Only a Recv of a run
+        # with data sets snapshot: what its buffer must still hold when its data land.
         self.data: np.ndarray | None = None  # the message's data; None for size-only runs
         self.recv: _Handle | None = None
         self.matched = False
@@ -231,6 +239,9 @@ class _Simulation(Interpreter):
                              or self.message_slowdown is not None)
         self.env = simpy.Environment()
         self.has_data = has_data  # numpy buffers; size-only runs move no data
+        # Per rank, with data only: its receives whose data have not landed yet, waited or
+        # not, by memory (see _land).
+        self.unlanded: dict[int, InFlight] = {}
         self.topology = topology
         self.record = record
         self.links = topology.links
@@ -479,6 +490,13 @@ class _Simulation(Interpreter):
         if self.has_data:
             h.span = _span(op.buf)
             self.guard(h)
+            # The buffer is the receive's until its data land at its Wait: it must then
+            # still hold what it holds now (a write meanwhile races the data on hardware).
+            h.snapshot = op.buf.copy()
+            unlanded = self.unlanded.get(task.rank)
+            if unlanded is None:
+                unlanded = self.unlanded[task.rank] = InFlight()
+            unlanded.add(h)
         h.group = group
         sends, recvs = self.queues[src, dst, task.channel]
         if sends:
@@ -720,12 +738,33 @@ class _Simulation(Interpreter):
                                     f"{h.peer} before waiting for it")
         for h in handles:
             if not h.is_send and h.data is not None:
-                # The bytes travel: a message lands in a buffer of another shape as it is.
-                data = h.data if h.data.shape == h.buf.shape else h.data.reshape(h.buf.shape)
-                if h.reduce is None:
-                    h.buf[...] = data
-                else:
-                    reference.combine(h.reduce, h.buf, data)
+                self._land(task, h)
+
+    def _land(self, task: _Task, h: _Handle) -> None:
+        # Its buffer, and that of every other receive of the rank still to land over the
+        # same memory, must hold what it held when that receive was posted, or what the
+        # landings since left there: anything else was written while a receive was in
+        # flight. The others then take what this landing leaves as their own.
+        unlanded = self.unlanded[task.rank]
+        unlanded.discard(h)
+        others = unlanded.overlapping(h.span)
+        for r in (h, *others):
+            if not _same(r.snapshot, r.buf):
+                raise ProtocolError(
+                    f"rank {r.task.rank} wrote to the buffer of its Recv from rank {r.peer} "
+                    f"on channel {r.task.channel!r}"
+                    + (f" (label {r.label!r})" if r.label else "")
+                    + " while that Recv was in flight, between posting it and its Wait: its "
+                    "data may land at any moment; leave a Recv's buffer alone until its Wait")
+        # The bytes travel: a message lands in a buffer of another shape as it is.
+        data = h.data if h.data.shape == h.buf.shape else h.data.reshape(h.buf.shape)
+        if h.reduce is None:
+            h.buf[...] = data
+        else:
+            reference.combine(h.reduce, h.buf, data)
+        h.snapshot = None
+        for r in others:
+            r.snapshot = r.buf.copy()
 
     # -- local work ----------------------------------------------------------------------
 
@@ -860,35 +899,36 @@ class _Simulation(Interpreter):
 
 
     def _describe_deadlock(self, stuck: list[_Task], unreceived: list[_Handle]) -> str:
-        lines, unposted = [], False
-        for t in stuck:
-            if t.wait_handles is None:
-                lines.append(f"rank {t.rank} (channel {t.channel!r}) waits for "
-                             f"{t.blocked_on or 'nothing it can name'}")
-                continue
-            waits = []
-            for h in t.wait_handles:
-                if h.done:
-                    continue
-                unposted |= h.is_send and h.recv is None
-                returned = not math.isnan(self.finish_times[h.peer])
-                waits.append(h.describe() + (f", and rank {h.peer} has already returned"
-                                             if returned else ""))
-            lines.append(f"rank {t.rank} (channel {t.channel!r}) waits for {'; '.join(waits)}")
+        lines = [self._describe_stuck(t) for t in stuck[:_LISTED]]
+        if len(stuck) > _LISTED:
+            lines.append(f"and {len(stuck) - _LISTED} more tasks blocked ({len(stuck)} in all)")
         text = f"deadlock at t={self.env.now / TICKS_PER_SECOND:.9g}s: " + "; ".join(lines)
         if unreceived:
             text += "; never received: " + _describe_messages(unreceived)
-        if unposted:
+        if any(h.is_send and h.recv is None and not h.done
+               for t in stuck for h in t.wait_handles or ()):
             text += (". A Send completes only once its peer has posted the matching Recv, as "
                      "on gloo and NCCL: post the Recv before waiting on the Send, or wait on "
                      "both in one Wait")
         return text
 
+    def _describe_stuck(self, t: _Task) -> str:
+        if t.wait_handles is None:
+            return (f"rank {t.rank} (channel {t.channel!r}) waits for "
+                    f"{t.blocked_on or 'nothing it can name'}")
+        pending = [h for h in t.wait_handles if not h.done]
+        waits = [h.describe() + (f", and rank {h.peer} has already returned"
+                                 if not math.isnan(self.finish_times[h.peer]) else "")
+                 for h in pending[:_LISTED]]
+        if len(pending) > _LISTED:
+            waits.append(f"and {len(pending) - _LISTED} more of its handles")
+        return f"rank {t.rank} (channel {t.channel!r}) waits for {'; '.join(waits)}"
+
 
 def _describe_messages(sends: list[_Handle]) -> str:
     return ", ".join(f"rank {s.task.rank} -> rank {s.peer} ({elements(s.buf)} x {s.buf.dtype} on "
-                     f"channel {s.task.channel!r})" for s in sends[:10]) + (
-        f" and {len(sends) - 10} more" if len(sends) > 10 else "")
+                     f"channel {s.task.channel!r})" for s in sends[:_LISTED]) + (
+        f" and {len(sends) - _LISTED} more" if len(sends) > _LISTED else "")
 
 
 def _ticks(seconds: float) -> int:

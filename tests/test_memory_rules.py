@@ -120,6 +120,127 @@ def test_the_simulator_accepts_the_legal_neighbours() -> None:
                                          topology).results] == [[4.0] * 4, [2.0] * 4]
 
 
+# -- a receive's buffer, written directly (numpy) before its Wait: the simulator only ----------
+# Local ops into it are refused at the op (MISUSES above); a plain numpy write is no op, so the
+# simulator finds it where the data land, at the Wait: the buffer no longer holds what it held
+# when the Recv was posted. On hardware the write and the arriving data would race.
+
+def _exchange(write, reduce=None):
+    """Rank 1 receives into x and, before the Wait, lets ``write(x, other)`` touch memory;
+    rank 0 is a plain partner."""
+    def algorithm(comm, x):
+        other = yield Alloc(len(x), x)
+        yield Copy(other, x)
+        r = yield Recv(_peer(comm), x, reduce, label="inbox")
+        s = yield Send(_peer(comm), other)
+        if comm.rank == 1:
+            yield from write(x, other)
+        yield Wait(r, s)
+        return x
+    return algorithm
+
+
+def _zero(x, other):
+    x[:] = 0
+    yield from ()
+
+
+def _add(x, other):
+    x += other
+    yield from ()
+
+
+def _copy_in(x, other):
+    yield Copy(x, other)
+
+
+def _write_a_view(x, other):
+    x[2:3] = 7.0  # through another view of the same memory
+    yield from ()
+
+
+RECV_WRITTEN = "rank 1 wrote to the buffer of its Recv from rank 0 on channel 0 \\(label 'inbox'\\)"
+
+
+@pytest.mark.parametrize(("write", "reduce"), [(_zero, None), (_add, SUM), (_write_a_view, None)],
+                         ids=["zeroed", "added_into_a_reducing_recv", "through_a_view"])
+def test_a_direct_write_into_a_recv_buffer_before_its_wait_is_refused(write, reduce) -> None:
+    with pytest.raises(ProtocolError, match=RECV_WRITTEN + " while that Recv was in flight, "
+                       "between posting it and its Wait: its data may land at any moment"):
+        simulate(_exchange(write, reduce), _inputs(), fully_connected(2, 1e9, 1e-6))
+
+
+def test_a_copy_into_a_recv_buffer_before_its_wait_is_refused_at_the_copy() -> None:
+    with pytest.raises(ProtocolError, match="rank 1 Copy writes memory that its outstanding "
+                                            "Recv from rank 0 on channel 0"):
+        simulate(_exchange(_copy_in), _inputs(), fully_connected(2, 1e9, 1e-6))
+
+
+def _second_of_two(write_between):
+    """Rank 1 receives twice into x (the second reducing), waits the first and then the
+    second; ``write_between`` writes x after the first lands, before the second's Wait."""
+    def algorithm(comm, x):
+        mine = yield Alloc(len(x), x)
+        yield Copy(mine, x)
+        first = yield Recv(_peer(comm), x, label="first")
+        second = yield Recv(_peer(comm), x, SUM, label="second")
+        a = yield Send(_peer(comm), mine)
+        b = yield Send(_peer(comm), mine)
+        yield Wait(first, a, b)
+        if write_between and comm.rank == 1:
+            x[0] = -1.0
+        yield Wait(second)
+        return x
+    return algorithm
+
+
+def test_a_write_between_two_receives_into_one_buffer_is_refused_at_the_second() -> None:
+    topology = fully_connected(2, 1e9, 1e-6)
+    # The first landing is no write of the algorithm's: waited apart, as posted, they pass.
+    assert [r.tolist() for r in simulate(_second_of_two(False), _inputs(),
+                                         topology).results] == [[4.0] * 4, [2.0] * 4]
+    with pytest.raises(ProtocolError, match="rank 1 wrote to the buffer of its Recv from rank 0 "
+                                            "on channel 0 \\(label 'second'\\) while that Recv"):
+        simulate(_second_of_two(True), _inputs(), topology)
+
+
+def test_a_write_into_the_part_only_a_later_receive_covers_names_that_receive() -> None:
+    def algorithm(comm, x):
+        mine = yield Alloc(len(x), x)
+        yield Copy(mine, x)
+        head = yield Recv(_peer(comm), x[:2], label="head")
+        whole = yield Recv(_peer(comm), x, SUM, label="whole")
+        a = yield Send(_peer(comm), mine[:2])
+        b = yield Send(_peer(comm), mine)
+        if comm.rank == 1:
+            x[3] = 0.0  # the head's receive does not cover it; the whole's does
+        yield Wait(head, whole, a, b)
+
+    with pytest.raises(ProtocolError, match="its Recv from rank 0 on channel 0 "
+                                            "\\(label 'whole'\\) while that Recv was in flight"):
+        simulate(algorithm, _inputs(), fully_connected(2, 1e9, 1e-6))
+
+
+def test_writing_a_recv_buffer_after_its_wait_and_reducing_what_landed_are_legal() -> None:
+    def algorithm(comm, x):
+        mine = yield Alloc(len(x), x)
+        yield Copy(mine, x)
+        inbox = yield Alloc(len(x), x)
+        for _ in range(2):  # the inbox reused once its Wait has returned
+            r = yield Recv(_peer(comm), inbox)
+            s = yield Send(_peer(comm), mine)
+            x *= 2  # neither buffer in flight
+            yield Wait(r, s)
+            x += inbox  # reduce what landed, after its Wait
+            yield Combine(x, inbox, SUM)
+            inbox[:] = -1.0
+        return x
+
+    result = simulate(algorithm, _inputs(), fully_connected(2, 1e9, 1e-6)).results
+    # Each round: x = 2x + 2 * peer's input.
+    assert [r.tolist() for r in result] == [[16.0] * 4, [14.0] * 4]
+
+
 def _run_real(misuses, legal):
     rank = dist.get_rank()
     replies = []
