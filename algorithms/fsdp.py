@@ -48,6 +48,20 @@ def fsdp_channels(units: int) -> list[str]:
     return [f"{kind} {i}" for i in range(units) for kind in ("all-gather", "reduce-scatter")]
 
 
+def check_fsdp_options(forward_prefetch: bool, backward_prefetch: str | None,
+                       limit_all_gathers: int, reshard_after_forward: bool) -> None:
+    """Refuse ``fsdp_step``'s options where they are wrong (a wrapper that runs it later
+    checks them up front with this)."""
+    if backward_prefetch not in (BACKWARD_PRE, BACKWARD_POST, None):
+        raise ValueError(f"backward_prefetch must be {BACKWARD_PRE!r}, {BACKWARD_POST!r} or "
+                         f"None, got {backward_prefetch!r}")
+    if isinstance(limit_all_gathers, bool) or not isinstance(limit_all_gathers, int) or (
+            limit_all_gathers < 1):
+        raise ValueError(f"limit_all_gathers must be an int >= 1, got {limit_all_gathers!r}")
+    check_flag(forward_prefetch, "forward_prefetch")
+    check_flag(reshard_after_forward, "reshard_after_forward")
+
+
 def fsdp_step(comm: Comm, model: Model, shards: Sequence[Any], gathered: Sequence[Any],
               grads: Sequence[Any], shard_grads: Sequence[Any], *,
               forward_prefetch: bool = False, backward_prefetch: str | None = BACKWARD_PRE,
@@ -70,14 +84,8 @@ def fsdp_step(comm: Comm, model: Model, shards: Sequence[Any], gathered: Sequenc
     ``reduce_scatter_algorithm`` (the ring ones by default), called as ``all_gather`` and
     ``reduce_scatter`` of ``algorithms.collectives`` are.
     """
-    if backward_prefetch not in (BACKWARD_PRE, BACKWARD_POST, None):
-        raise ValueError(f"backward_prefetch must be {BACKWARD_PRE!r}, {BACKWARD_POST!r} or "
-                         f"None, got {backward_prefetch!r}")
-    if isinstance(limit_all_gathers, bool) or not isinstance(limit_all_gathers, int) or (
-            limit_all_gathers < 1):
-        raise ValueError(f"limit_all_gathers must be an int >= 1, got {limit_all_gathers!r}")
-    check_flag(forward_prefetch, "forward_prefetch")
-    check_flag(reshard_after_forward, "reshard_after_forward")
+    check_fsdp_options(forward_prefetch, backward_prefetch, limit_all_gathers,
+                       reshard_after_forward)
     units = _Units(comm, model, shards, gathered, grads, shard_grads, limit_all_gathers,
                    all_gather_algorithm, reduce_scatter_algorithm)
     yield Footprint(units.sharded_bytes, "parameter shards")

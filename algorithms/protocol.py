@@ -422,14 +422,19 @@ class Interpreter(ABC):
             raise ProtocolError(f"rank {task.rank} posted a {what} with peer {peer}, but the "
                                 f"world has {self.size} ranks")
 
+    def buffer_problem(self, buf: Any) -> str | None:
+        """What makes ``buf`` unfit as a buffer of this transport, in words, or None (a
+        transport may add problems of its own buffers)."""
+        return buffer_problem(buf, self.buffer_kinds, self.buffer_advice)
+
     def buffer_fits(self, buf: Any) -> bool:
         """Whether ``buf`` passes ``check_buffer`` (a transport may test it faster)."""
-        return buffer_problem(buf, self.buffer_kinds, self.buffer_advice) is None
+        return self.buffer_problem(buf) is None
 
     def check_buffer(self, task: Task, what: str, buf: Any, peer: int | None = None) -> None:
         """Refuse a buffer that is not one of ``buffer_kinds``, is a single element or is not
         contiguous, naming the rank, the op (``what``) and its peer, if it has one."""
-        problem = buffer_problem(buf, self.buffer_kinds, self.buffer_advice)
+        problem = self.buffer_problem(buf)
         if problem is not None:
             to = "" if peer is None else f" {'to' if what == 'Send' else 'from'} rank {peer}"
             raise ProtocolError(f"rank {task.rank} posted a {what}{to} on channel "

@@ -121,6 +121,9 @@ class BucketedAllreduce:
                  first_bucket_cap: int = FIRST_BUCKET_CAP,
                  allreduce: Callable[..., Schedule] = ring_allreduce,
                  **allreduce_params: Any) -> None:
+        if not callable(allreduce):  # else the comm thread finds it at the first backward
+            raise TypeError(f"allreduce must be an algorithm (a generator function), got "
+                            f"{allreduce!r}")
         params = [p for p in module.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the module has no parameters that require grad")

@@ -385,6 +385,9 @@ class Driver:
         if not self.is_member:
             raise RuntimeError("this process is not one of the driver's ranks, or the driver is "
                                "closed")
+        problem = tensor_problem(x)
+        if problem is not None:
+            raise TypeError(f"x must be a 1-D contiguous torch tensor, got {problem}")
         if not isinstance(x, torch.Tensor) or x.dim() != 1 or not x.is_contiguous():
             raise TypeError(f"x must be a 1-D contiguous torch tensor, got "
                             f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
@@ -496,6 +499,27 @@ def _peer_error(rank: int, what: str, error: Exception, deadline: float, timeout
     return kind(f"rank {rank} gave up on {what}: {why} ({' '.join(str(error).split())})")
 
 
+def _check_duration(task: _Task, what: str, seconds: float) -> None:
+    """Refuse a Compute or Sleep that would hold a rank for longer than anything here
+    waits (a day): time.sleep overflows on 1e300, and peers gave up long before."""
+    if seconds > MAX_TIMEOUT:
+        raise ProtocolError(f"rank {task.rank} yielded a {what} of {seconds:g} s on channel "
+                            f"{task.channel!r}: realcomm runs none longer than "
+                            f"{MAX_TIMEOUT:g} s (a day), its longest timeout")
+
+
+def tensor_problem(buf: Any) -> str | None:
+    """What makes a tensor unfit to carry data here, in words, or None (a tensor that
+    holds no dense data: torch's own messages would fail on it, or misname it)."""
+    if not isinstance(buf, torch.Tensor):
+        return None
+    if buf.layout != torch.strided:
+        return f"a tensor of layout {buf.layout}: give a dense one (x.to_dense())"
+    if buf.is_meta:
+        return "a tensor on the meta device, which holds no data: give one on the CPU or a GPU"
+    return None
+
+
 def _span(buf: torch.Tensor) -> tuple[torch.device, int, int]:
     start = buf.data_ptr()
     return buf.device, start, start + buf.numel() * buf.element_size()
@@ -567,6 +591,9 @@ class _Run(Interpreter):
 
     buffer_kinds = (torch.Tensor,)
     buffer_advice = "give a torch tensor"
+
+    def buffer_problem(self, buf: Any) -> str | None:
+        return tensor_problem(buf) or super().buffer_problem(buf)
 
     def __init__(self, driver: Driver) -> None:
         super().__init__(driver.comm.size)
@@ -836,12 +863,14 @@ class _Run(Interpreter):
             with torch.profiler.record_function(op.label):
                 op.work()
             return None
+        _check_duration(task, "Compute", op.seconds)
         now = time.monotonic()
         self.compute_free = max(now, self.compute_free) + op.seconds
         heapq.heappush(self.sleeping, (self.compute_free, next(self.sequence), task))
         return BLOCKED
 
     def sleep(self, task: _Task, op: Sleep) -> Any:
+        _check_duration(task, "Sleep", op.seconds)
         heapq.heappush(self.sleeping, (time.monotonic() + op.seconds, next(self.sequence), task))
         return BLOCKED
 

@@ -36,7 +36,9 @@ from typing import Any
 import torch
 
 from algorithms.collectives import Schedule, all_gather, broadcast
-from algorithms.fsdp import BACKWARD_PRE, fsdp_channels, fsdp_step, padded_size
+from algorithms.fsdp import (
+    BACKWARD_PRE, check_fsdp_options, fsdp_channels, fsdp_step, padded_size,
+)
 from algorithms.models import Layer, Model
 from realcomm.driver import DEFAULT_TIMEOUT, Driver
 
@@ -59,6 +61,9 @@ class FullyShardedSequential(torch.nn.Module):
         params = [p for unit in self.units for p in unit.parameters()]
         if len({(p.dtype, p.device) for p in params}) > 1:
             raise ValueError("all parameters must share one dtype and device")
+        # Before the driver and the broadcasts: train_step would find them wrong only then.
+        check_fsdp_options(forward_prefetch, backward_prefetch, limit_all_gathers,
+                           reshard_after_forward)
         # Not a submodule: its parameters are views of the gathered buffers, which the
         # optimizer must not see; the shards below are this module's parameters.
         self.__dict__["module"] = module

@@ -143,3 +143,10 @@ def test_buffers_follow_ddp_and_a_missed_finish_says_so() -> None:
     for difference, message in spawn(batchnorm_buffers_and_a_missed_finish, 2):
         assert difference < 1e-5
         assert "call finish() after every backward" in message
+
+
+def test_an_allreduce_that_is_not_an_algorithm_is_refused_at_once() -> None:
+    # Used to be taken, and fail on the comm thread at the first backward. Refused before
+    # the driver is used: no process group is needed to see it.
+    with pytest.raises(TypeError, match="allreduce must be an algorithm .*, got 5"):
+        BucketedAllreduce(torch.nn.Linear(4, 4), None, allreduce=5)  # type: ignore[arg-type]

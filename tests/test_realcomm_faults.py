@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from algorithms import (
-    AVG, MAX, SUM, Comm, Compute, Join, Recv, Send, Spawn, Wait, all_gather, nccl_ring_allreduce,
-    reduce, ring_allreduce, ring_channels,
+    AVG, MAX, SUM, Comm, Compute, Join, Recv, Send, Sleep, Spawn, Wait, all_gather,
+    nccl_ring_allreduce, reduce, ring_allreduce, ring_channels,
 )
 from algorithms.protocol import AlgorithmError
 from realcomm import Driver, RealcommError, SpawnError, spawn
@@ -141,6 +141,33 @@ def _checked_mismatch(count: int, dtype: torch.dtype) -> tuple[str, Any]:
 def _unchecked_mismatch() -> tuple[str, Any]:
     return _outcome(Driver(timeout=TIMEOUT).run, _mismatched, torch.ones(8), check_args=False,
                     count=4, dtype=torch.float32)
+
+
+def _sends(comm: Comm, x: torch.Tensor, buf: torch.Tensor) -> Generator[Any, Any, None]:
+    h = yield Send(1 - comm.rank, buf)
+    yield Wait(h)
+
+
+def _holds_for(comm: Comm, x: torch.Tensor, op: Compute | Sleep) -> Generator[Any, Any, None]:
+    yield op
+
+
+def _unfit_runs() -> list[str]:
+    """What a driver says of tensors without dense data (as x, as a message's buffer) and
+    of a Compute or Sleep longer than a day: each is refused on this rank before any
+    message, so every run fails alike and the next one starts clean."""
+    driver = Driver(timeout=TIMEOUT)
+    said = []
+    for x in (torch.ones(4).to_sparse(), torch.ones(4, device="meta")):
+        try:
+            driver.run(ring_allreduce, x)
+        except TypeError as error:
+            said.append(str(error))
+        said.append(_outcome(driver.run, _sends, torch.ones(4), buf=x, check_args=False)[1])
+    for op in (Compute(1e300, "huge"), Sleep(1e6)):
+        said.append(_outcome(driver.run, _holds_for, torch.ones(4), op=op,
+                             check_args=False)[1])
+    return said
 
 
 # -- the tests ---------------------------------------------------------------------------
@@ -339,6 +366,28 @@ def test_check_mode_names_a_receive_of_another_size_or_dtype(count: int, dtype: 
         "on channel 0, but the matching Send from rank 0 carries 4 x float32"))
     # The send is never received: rank 0 gives up once rank 1 has left.
     assert sender[0] == "PeerError", sender
+
+
+def test_tensors_without_dense_data_and_endless_computes_are_named(hang_guard: None
+                                                                  ) -> None:
+    # Used to be: an error from the meta kernel of Tensor.item(), a PeerError "the transport
+    # failed (No backend type associated with device type meta)", a sparse buffer called
+    # "a non-contiguous (strided) view", and "OverflowError: timestamp out of range".
+    for rank, said in enumerate(spawn(_unfit_runs, 2, grace=GRACE)):
+        assert said == [
+            "x must be a 1-D contiguous torch tensor, got a tensor of layout "
+            "torch.sparse_coo: give a dense one (x.to_dense())",
+            f"rank {rank} posted a Send to rank {1 - rank} on channel 0 of a tensor of layout "
+            "torch.sparse_coo: give a dense one (x.to_dense())",
+            "x must be a 1-D contiguous torch tensor, got a tensor on the meta device, which "
+            "holds no data: give one on the CPU or a GPU",
+            f"rank {rank} posted a Send to rank {1 - rank} on channel 0 of a tensor on the "
+            "meta device, which holds no data: give one on the CPU or a GPU",
+            f"rank {rank} yielded a Compute of 1e+300 s on channel 0: realcomm runs none "
+            "longer than 86400 s (a day), its longest timeout",
+            f"rank {rank} yielded a Sleep of 1e+06 s on channel 0: realcomm runs none "
+            "longer than 86400 s (a day), its longest timeout",
+        ]
 
 
 def test_bench_can_check_every_message(capfd: pytest.CaptureFixture[str],

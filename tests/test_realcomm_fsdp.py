@@ -147,3 +147,14 @@ def test_it_is_a_module_that_evaluates_and_saves_its_current_parameters() -> Non
         assert stated == 0.0
         assert state_keys == keys
         assert "trains through train_step" in message
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"limit_all_gathers": 0}, "limit_all_gathers must be an int >= 1, got 0"),
+    ({"backward_prefetch": "sideways"}, "backward_prefetch must be 'pre', 'post' or None"),
+])
+def test_bad_options_are_refused_before_any_collective(options: dict, message: str) -> None:
+    # Used to pass the constructor (a driver and a broadcast per unit) and fail at the
+    # first train_step. Refused before the driver: no process group is needed to see it.
+    with pytest.raises(ValueError, match=message):
+        FullyShardedSequential(make_model(), **options)
