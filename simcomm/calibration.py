@@ -295,6 +295,8 @@ def parse_calibration(text: str, source: str = "<string>") -> Calibration:
         data = json.loads(text)
     except json.JSONDecodeError as decode_error:
         raise error("", f"not JSON: {decode_error}") from None
+    except RecursionError:  # json recurses once per level of nesting
+        raise error("", "arrays or objects nested too deep to read") from None
     if not isinstance(data, dict):
         raise error("", f"must be a JSON object, got {type(data).__name__}")
     expected = {"name": FORMAT_NAME, "version": FORMAT_VERSION}

@@ -962,6 +962,9 @@ def plot(args: argparse.Namespace) -> int:
     """``simcomm plot``: the sweep's outputs again from CSVs."""
     if not args.csv and not args.measured:
         raise ValueError("nothing to plot: give sweep CSVs or --measured files")
+    if not args.csv and args.no_plots:  # measured files are only drawn
+        raise ValueError("nothing to do: --measured files are only drawn, and --no-plots "
+                         "draws nothing; give sweep CSVs too, or leave --no-plots out")
     rows = [row for path in args.csv for row in read_csv(path)]
     measured = _measured_from_args(args)
     out = Path(args.out)

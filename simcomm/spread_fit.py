@@ -145,6 +145,9 @@ def read_runs(path: str | Path) -> dict[int, list[float]]:
         rows = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: cannot read measured runs: {error}") from None
+    except RecursionError:  # json recurses once per level of nesting
+        raise ValueError(f"{path}: cannot read measured runs: arrays or objects nested too "
+                         "deep") from None
     if not isinstance(rows, list) or not rows:
         raise ValueError(f"{path}: expected a JSON list of rows (realcomm bench -I --format "
                          "json)")
@@ -160,5 +163,9 @@ def read_runs(path: str | Path) -> dict[int, list[float]]:
         if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times):
             raise ValueError(f"{path}: row {number}: runs_us holds something other than "
                              "numbers")
-        runs[row["size"]] = [float(t) / 1e6 for t in times]
+        try:
+            runs[row["size"]] = [float(t) / 1e6 for t in times]
+        except OverflowError:  # an int past a float's range
+            raise ValueError(f"{path}: row {number}: runs_us holds a number too large for a "
+                             "float") from None
     return runs

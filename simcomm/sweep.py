@@ -28,7 +28,7 @@ from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 from algorithms.harness.bench import CSV_HEADER, size_range
-from algorithms.harness.catalog import is_user_algorithm
+from algorithms.harness.catalog import is_user_algorithm, kind_name
 from simcomm.bench import (
     algorithm_config, bench_size, build_topology, is_builder, load_named_topology,
     split_algorithm_spec,
@@ -101,6 +101,12 @@ class Grid:
         for ranks in self.ranks:
             if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
                 raise ValueError(f"ranks must be ints >= 1, got {ranks!r}")
+        if self.kind is not None:
+            kind_name(self.kind)  # an unknown one refused, as bench refuses it
+            if not any(self._kind(spec) is not None for spec in self.algorithms):
+                raise ValueError(f"--kind {self.kind} says what an algorithm of your own "
+                                 "(module.path:function) implements, and the sweep has "
+                                 "none: the built-in ones implement their own")
         configs = {spec: algorithm_config(spec, self.sizes, self.dtype, self._kind(spec))
                    for spec in self.algorithms}
         points = []

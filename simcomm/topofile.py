@@ -216,6 +216,8 @@ def parse_topology(text: str, source: str = "<string>", default_name: str = "top
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise reader.error("", f"not valid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and tables
+        raise reader.error("", "arrays or tables nested too deep to read") from None
     name = reader.name(data["name"], "name") if "name" in data else default_name
     if "kind" in data:
         topology = _from_builder(reader, data, name)

@@ -343,6 +343,8 @@ def _bucket_caps(text: str) -> list[int]:
             caps.append(parse_bytes(item))
         except ValueError as error:
             raise ValueError(f"--sweep-buckets: {error}") from None
+        if caps[-1] < 1:  # refused here, not after the step has been simulated
+            raise ValueError(f"--sweep-buckets: a bucket cap must be >= 1 byte, got {item!r}")
     return caps
 
 

@@ -76,8 +76,15 @@ class Distribution:
             raise ValueError(f"{text!r}: give KIND:A,B (one of {', '.join(KINDS)})")
         _known(kind)  # before its numbers, which it gives the meaning of
         if kind == "empirical":
+            if not rest.strip():
+                raise ValueError(f"{text!r}: give empirical:FILE (one sample a line)")
             path = Path(rest.strip())
-            lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+            try:
+                content = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as error:
+                reason = getattr(error, "strerror", None) or str(error)
+                raise ValueError(f"cannot read {str(path)!r}: {reason}") from None
+            lines = [line.strip() for line in content.splitlines() if line.strip()]
             return cls(kind, samples=tuple(_number(line, seconds, text) for line in lines))
         # A lognormal's sigma spreads the log, whatever the median's unit: it has none.
         return cls(kind, tuple(_number(part, seconds and not (kind == "lognormal" and i == 1),

@@ -220,6 +220,12 @@ def test_ddp_command_compares_schedules_and_sweeps_buckets(capsys, tmp_path) -> 
     (["--model", "resnet50", "--topology", "dgx-a100", "--throughput", "125"],
      "compute rate '125' has no unit"),  # used to be read as 125 FLOP/s
     (["--model", "resnet50", "--topology", "dgx-a100", "--plot", "x.png"], "--sweep-buckets"),
+    # These used to end in an OverflowError's traceback, and in an error after the step ran.
+    (["--model", "bert-base", "--topology", "dgx-a100", "--batch", str(10**30)],
+     "simcomm: error: batch must be at most 2,251,799,813,685,247 for bert-base (its input "
+     f"and output of a step in at most 9223372036854775807 B each), got {10**30:,}\n"),
+    (["--model", "resnet50", "--topology", "dgx-a100", "--sweep-buckets", "1MiB,0"],
+     "simcomm: error: --sweep-buckets: a bucket cap must be >= 1 byte, got '0'\n"),
 ])
 def test_ddp_command_mistakes_are_one_line(capsys, argv, message) -> None:
     assert main(["ddp", *argv]) == 2

@@ -122,6 +122,8 @@ def _broken(change) -> str:
 @pytest.mark.parametrize(("text", "message"), [
     ("{", "not JSON: Expecting property name"),
     ("[1, 2]", "must be a JSON object, got list"),
+    # json recurses per level: this used to end in a RecursionError's traceback.
+    ("[" * 100_000 + "]" * 100_000, "arrays or objects nested too deep to read"),
     (_broken(lambda d: d.pop("format")), "format: not a measurements file of realcomm "
                                          "calibrate"),
     (_broken(lambda d: d["format"].update(name="other")), "not a measurements file"),

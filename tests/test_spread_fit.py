@@ -47,7 +47,12 @@ def test_measured_runs_are_read_from_bench_json_and_checked(tmp_path: Path) -> N
                           ('[{"size": 8, "spread": {"runs_us": [1]}}, '
                            '{"size": 8, "spread": {"runs_us": [1]}}]', "repeated"),
                           ('[{"size": 8, "spread": {"runs_us": [1, null]}}]',
-                           "other than numbers")):
+                           "other than numbers"),
+                          # These two used to end in a traceback.
+                          ("[" * 100_000 + "]" * 100_000,
+                           "cannot read measured runs: arrays or objects nested too deep$"),
+                          ('[{"size": 8, "spread": {"runs_us": [1' + "0" * 400 + "]}}]",
+                           "row 1: runs_us holds a number too large for a float$")):
         path.write_text(text)
         with pytest.raises(ValueError, match=message):
             read_runs(path)

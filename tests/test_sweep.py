@@ -226,6 +226,11 @@ BAD = [
     (["--measured", "nowhere.csv"], "cannot read 'nowhere.csv'"),
     (["--measured", "=x.csv"], "write LABEL=FILE or FILE"),
     (["--dtype", "complex"], "unknown --dtype 'complex'"),
+    # --kind used to be dropped unread when no algorithm was the user's own.
+    (["--kind", "gather"], "unknown --kind 'gather'; known: allreduce"),
+    (["--kind", "broadcast"], "--kind broadcast says what an algorithm of your own "
+                              "(module.path:function) implements, and the sweep has none: "
+                              "the built-in ones implement their own"),
 ]
 
 
@@ -257,6 +262,11 @@ def test_bad_csvs_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
                                         "-1024,256,float,sum,-1,70.0,0.01,0.02,N/A\n")
     cases = [
         (["plot", "--out", str(tmp_path)], "nothing to plot"),
+        # This used to read the file, write nothing and exit 0.
+        (["plot", "--measured", str(tmp_path / "short.csv"), "--no-plots", "--out",
+          str(tmp_path)], "simcomm: error: nothing to do: --measured files are only drawn, "
+                          "and --no-plots draws nothing; give sweep CSVs too, or leave "
+                          "--no-plots out\n"),
         (["plot", str(tmp_path / "short.csv"), "--out", str(tmp_path)], "no column algorithm"),
         (["plot", "--measured", str(tmp_path / "short.csv"), "--out", str(tmp_path)],
          "no column count"),

@@ -408,6 +408,8 @@ GOOD_LINK = '[[link]]\nsrc = ["gpu0", "gpu1"]\ndst = "sw"\nbandwidth = "1GB/s"\n
     ('kind = "ring"\nranks = true\nbandwidth = "1GB/s"\nlatency = "1us"\n', "ranks",
      "must be an integer >= 1"),
     ("gpus = [\n", "", "not valid TOML"),
+    # tomllib recurses per level: this used to end in a RecursionError's traceback.
+    ("x = " + "[" * 5000 + "]" * 5000 + "\n", "", "arrays or tables nested too deep to read"),
     (GOOD_HEAD + GOOD_LINK + 'latency_ll = "-1us"\n', "link[0].latency_ll",
      "cannot read '-1us' as a time"),
     (GOOD_HEAD + GOOD_LINK + 'latency_ll128 = "0.5"\n', "link[0].latency_ll128",

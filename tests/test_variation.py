@@ -92,6 +92,16 @@ def test_distributions_are_read_and_checked(tmp_path: Path) -> None:
             Distribution.parse(text)
     with pytest.raises(ValueError, match="needs samples"):
         Distribution("empirical")
+    # A missing file or a folder used to escape as an OSError that named no flag, and
+    # "empirical:" read the working folder.
+    missing = tmp_path / "missing.txt"
+    for text, message in [(f"empirical:{missing}",
+                           f"cannot read '{missing}': No such file or directory"),
+                          (f"empirical:{tmp_path}", f"cannot read '{tmp_path}': Is a directory"),
+                          ("empirical:", "'empirical:': give empirical:FILE")]:
+        with pytest.raises(ValueError) as info:
+            Distribution.parse(text)
+        assert str(info.value).startswith(message), info.value
     # Delays take units, as every time on the command line; a lognormal's sigma takes none.
     assert Distribution.parse("lognormal:20us,0.5", seconds=True) == Distribution(
         "lognormal", (2e-5, 0.5))

@@ -24,6 +24,7 @@ Presets and their sources:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 
 from algorithms.models import Layer, Model
@@ -126,6 +127,12 @@ def preset_model(name: str, batch: int | None = None, throughput: float = DEFAUL
     if not (throughput > 0 and math.isfinite(throughput)):
         raise ValueError(f"throughput must be a finite FLOP/s > 0, got {throughput!r}")
     specs, input_bytes, output_bytes = build()
+    # A step's input and output are buffers (DataParallel scatters and gathers them): no
+    # larger than a buffer's byte count can be, which keeps every time finite too.
+    most = sys.maxsize // max(input_bytes, output_bytes)
+    if batch > most:
+        raise ValueError(f"batch must be at most {most:,} for {name} (its input and output "
+                         f"of a step in at most {sys.maxsize} B each), got {batch:,}")
     return model_from_flops(name, specs, batch, throughput, grad_bytes,
                             input_bytes * batch, output_bytes * batch)
 
