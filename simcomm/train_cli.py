@@ -167,10 +167,14 @@ def _times(messages: int | None, calls: int) -> int | None:
 
 
 def _distribution(flag: str, text: str, seconds: bool) -> Distribution:
+    # Without seconds it is a factor, which may not be 0.
     try:
-        return Distribution.parse(text, seconds)
+        distribution = Distribution.parse(text, seconds)
     except ValueError as error:
         raise ValueError(f"{flag}: {error}") from None
+    if not seconds:
+        distribution.check_factor(flag)
+    return distribution
 
 
 def _sample_steps(args: argparse.Namespace, what: str, model: Model, topology: Topology,

@@ -9,8 +9,9 @@ longer or shorter each computation takes, drawn from named distributions.
   a draw of ``message_delay`` seconds late and holds each link of its route a draw of
   ``message_slowdown`` times as long for its bytes (as if it crossed at that fraction of the
   bandwidth: noise in throughput, which grows with the size of a message, where a delay
-  does not); every ``Compute`` takes a draw of ``compute_factor`` times its seconds. The
-  same seed gives the same run.
+  does not); every ``Compute`` takes a draw of ``compute_factor`` times its seconds. A
+  factor may not be 0 by construction (a uniform from 0, a normal of mean 0, an empirical
+  sample of 0): that work would be free. The same seed gives the same run.
 * ``sample_times(run, samples, seed, jobs, scheduler=...)`` runs ``run(seed)`` for
   ``samples`` seeds, in local processes or on a dask.distributed cluster, and ``Samples``
   gives the median, the 90th and 99th percentiles.
@@ -54,6 +55,16 @@ class Distribution:
                 "normal": "the mean and the standard deviation must be >= 0",
                 "lognormal": "the median must be > 0 and sigma >= 0",
                 "uniform": "need 0 <= low <= high"}[self.kind])
+
+    def check_factor(self, what: str) -> None:
+        """Refuse this distribution as a factor (``what``) if it can draw only 0 or has
+        draws of 0 by construction: a factor of 0 makes a message or a computation free."""
+        low = (min(self.samples) if self.kind == "empirical" else self.params[0])
+        if self.kind != "lognormal" and low <= 0:
+            raise ValueError(f"{what}: a factor of 0 makes the work free; " + {
+                "normal": "the mean must be > 0",
+                "uniform": "the low end must be > 0",
+                "empirical": "every sample must be > 0"}[self.kind])
 
     def draw(self, rng: np.random.Generator) -> float:
         """One draw."""
@@ -125,6 +136,10 @@ class Variation:
     def __post_init__(self) -> None:
         if type(self.seed) is not int:
             raise ValueError(f"Variation.seed must be an int, got {self.seed!r}")
+        for name in ("compute_factor", "message_slowdown"):
+            factor = getattr(self, name)
+            if factor is not None:
+                factor.check_factor(f"Variation.{name}")
 
 
 @dataclass(frozen=True)
