@@ -89,6 +89,9 @@ def fit_spread(run: Runner, measured: Mapping[int, Sequence[float]], samples: in
     if not measured:
         raise ValueError("no measured sizes to fit")
     for size, times in measured.items():
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ValueError(f"size {size!r}: sizes are bytes > 0 (a run of 0 B moves no "
+                             "message whose spread could be fitted)")
         if len(times) < 5 or any(not (math.isfinite(t) and t > 0) for t in times):
             raise ValueError(f"size {size}: need 5 or more measured runs, each finite and "
                              f"> 0 seconds (realcomm bench -I keeps them), got {len(times)}")

@@ -60,6 +60,10 @@ def test_measured_runs_are_read_from_bench_json_and_checked(tmp_path: Path) -> N
         fit_spread(_run, {8: [1e-3] * 4})
     with pytest.raises(ValueError, match="no measured sizes"):
         fit_spread(_run, {})
+    # A 0 B row was fitted, and printed a +4660% error.
+    for size in (0, -8, True):
+        with pytest.raises(ValueError, match=f"size {size!r}: sizes are bytes > 0"):
+            fit_spread(_run, {size: [1e-3] * 5})
     with pytest.raises(ValueError, match="takes no time"):
         fit_spread(lambda size, variation: 0.0, {8: [1e-3] * 5})
 
