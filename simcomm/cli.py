@@ -63,6 +63,7 @@ from simcomm.collective_level import (
 from simcomm.calibration import load_calibration
 from simcomm.cluster_fit import fit_cluster, format_cluster_fit
 from simcomm.crossover import crossovers, format_crossovers
+from simcomm.engine import DEFAULT_MAX_OPS
 from simcomm.executors import default_jobs
 from simcomm.files import replacing
 from simcomm.presets import describe, list_presets
@@ -234,7 +235,10 @@ def bench(args: argparse.Namespace) -> int:
     if args.samples is not None and any(config.check for config in configs):
         raise ValueError("--samples times seeded runs and counts no wrong elements: give -c/"
                          "--check without it")
-    if args.level != "message":
+    if args.level == "message":
+        for config in configs:
+            _check_message_level(config, topology, tuner)
+    else:
         _check_largest_run(args, configs[0], topology, tuner)
     header = _bench_header(args, configs[0], topology)
     if tuner is not None:
@@ -342,6 +346,19 @@ def _bench_header(args: argparse.Namespace, config: BenchConfig, topology: Topol
                       f"one channel each, {HOST_SECONDS_PER_CHANNEL * args.ngpus * 1e6:g} us "
                       "more per further channel")
     return header
+
+
+def _check_message_level(config: BenchConfig, topology: Topology,
+                         tuner: TableTuner | None) -> None:
+    """Refuse, before the table, a size whose messages would pass the simulator's op budget
+    (``DEFAULT_MAX_OPS``) at the message level: a Send and a Recv each at least, so it
+    could only end, hours later, in that error."""
+    for size in config.sizes:
+        messages = traced_messages(config, topology, size, tuner)
+        if messages is not None and 2 * messages > DEFAULT_MAX_OPS:
+            raise ValueError(f"--level message: {size} B would send {messages:,} messages, "
+                             f"past the {DEFAULT_MAX_OPS:,} ops a run may take (a Send and a "
+                             "Recv each): give --level auto or collective, or a smaller size")
 
 
 def _check_largest_run(args: argparse.Namespace, config: BenchConfig, topology: Topology,

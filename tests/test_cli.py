@@ -180,6 +180,12 @@ BAD_ARGS = [
       "1M", "--summary"], "--summary: the largest size, 1048576 B, would be run again with "
                           "every message simulated, 1,998,000 of them, past the 200,000 the "
                           "auto level simulates: leave it out, or give --level message"),
+    # Used to grow past 18 GB and run for hours, to end at the op budget.
+    (["--algorithm", "nccl_tree_allreduce", "--topology", "switch", "--sizes", "1G",
+      "--param", "chunk_bytes=1", "--level", "message"],
+     "--level message: 1073741824 B would send 15,032,385,536 messages, past the "
+     "300,000,000 ops a run may take (a Send and a Recv each): give --level auto or "
+     "collective, or a smaller size"),
     (["--algorithm", "ring_allreduce", "--trace", "no/such/folder/run.json"],
      "argument --trace: folder no/such/folder does not exist"),
     (["--algorithm", "ring_allreduce", "--timeline", "no/such/folder/run.png"],
