@@ -62,21 +62,36 @@ def reduce_ops() -> st.SearchStrategy[ReduceOp]:
 
 def lengths(world_size: int, max_length: int = 3000) -> st.SearchStrategy[int]:
     """Buffer lengths from 0 to ``max_length``, often below ``3 * world_size``, where chunks
-    of a split are empty or uneven."""
+    of a split are empty or uneven, or next to a multiple of it (1, p - 1, p + 1, ...)."""
     small = min(max_length, 3 * world_size)
-    return st.one_of(st.integers(0, small), st.integers(0, max_length))
+    return st.one_of(st.integers(0, small), st.sampled_from(_edges(world_size, max_length)),
+                     st.integers(0, max_length))
 
 
-def _value_range(dtype: np.dtype, op: ReduceOp | None) -> tuple[int, int]:
+def _edges(p: int, max_length: int) -> list[int]:
+    # Lengths where splits into p chunks go wrong: none, fewer than p, one past a multiple.
+    return sorted({n for n in (0, 1, 2, p - 1, p, p + 1, 2 * p - 1, 2 * p + 1)
+                   if 0 <= n <= max_length})
+
+
+# The largest integers each dtype holds exactly (int64's kept where int64 sums of 16 fit).
+_EXACT = {"float16": 2**11, "float32": 2**24, "float64": 2**53, "int32": 2**31 - 1,
+          "int64": 2**59}
+
+
+def _value_range(dtype: np.dtype, op: ReduceOp | None, wide: bool = False) -> tuple[int, int]:
     # Sums of 16 values in [-3, 3] and products of 16 values in [-2, 2] stay within
     # float16's and float32's exact integers (2048 and 2**24). float16 products need
     # {-1, 0, 1}. Data movement has no arithmetic, so it gets more distinct values, which
-    # makes a misplaced element likelier to show.
-    if op is None:
-        return -1000, 1000
+    # makes a misplaced element likelier to show. ``wide``: values up to the dtype's exact
+    # range (a sixteenth of it for sums), so that an algorithm that moves or reduces them
+    # in a narrower type (float32 for float64, 32 bits for int64) is wrong.
     if op is ReduceOp.PROD:
         return (-1, 1) if dtype == np.float16 else (-2, 2)
-    return -3, 3
+    if wide and dtype.name in _EXACT:
+        limit = _EXACT[dtype.name] // (16 if op in (ReduceOp.SUM, ReduceOp.AVG) else 1)
+        return -limit, limit
+    return (-1000, 1000) if op is None else (-3, 3)
 
 
 def buffers(dtype: Any, length: int, op: ReduceOp | None = None
@@ -88,9 +103,15 @@ def buffers(dtype: Any, length: int, op: ReduceOp | None = None
     # exceed; and with one draw per buffer, shrinking the length keeps the other choices in
     # place, so the shrinker reaches short buffers (a shorter buffer is a prefix of a longer).
     dtype = np.dtype(dtype)
-    low, high = _value_range(dtype, op)
-    return st.integers(0, 2**32 - 1).map(
-        lambda seed: np.random.default_rng(seed).integers(low, high + 1, length).astype(dtype))
+    return st.tuples(st.booleans(), st.integers(0, 2**32 - 1)).map(
+        lambda drawn: _values(dtype, length, op, *drawn))
+
+
+def _values(dtype: np.dtype, length: int, op: ReduceOp | None, wide: bool, seed: int
+            ) -> np.ndarray:
+    low, high = _value_range(dtype, op, wide)
+    rng = np.random.default_rng(seed)
+    return rng.integers(low, high, length, endpoint=True).astype(dtype)
 
 
 _BANDWIDTHS = st.floats(1e9, 1e12)  # bytes/second
@@ -294,6 +315,52 @@ def _cases(draw: st.DrawFn, world_size_strategy: st.SearchStrategy[int], max_len
     return Case(inputs, draw(topologies(p)), op, root, drawn, draw(jitters()))
 
 
+def _members(strategy: st.SearchStrategy[Any]) -> list[Any] | None:
+    """The values ``strategy`` draws, in order, where it is a plain ``sampled_from``,
+    ``just`` or ``integers`` strategy; ``None`` for any other."""
+    inner = getattr(strategy, "wrapped_strategy", strategy)
+    kind = type(inner).__name__
+    if kind in ("SampledFromStrategy", "JustStrategy") and \
+            not getattr(inner, "_transformations", ()):
+        return list(inner.elements)
+    if kind == "IntegersStrategy" and inner.start is not None and inner.end is not None:
+        return list(range(inner.start, inner.end + 1))
+    return None
+
+
+def _corner_cases(world_size_strategy: st.SearchStrategy[int], max_length: int,
+                  dtype_strategy: st.SearchStrategy[Any],
+                  op_strategy: st.SearchStrategy[ReduceOp], takes_op: bool, takes_root: bool,
+                  params: Mapping[str, Any] | ParamsStrategy) -> list[Case]:
+    """Small cases run first, whatever hypothesis draws: every op with every dtype, world
+    sizes 1 to 7 (odd ones too), lengths below, at and next to multiples of the world size
+    and one long one, the last rank or a middle one as root, on a ring, a reducing switch
+    and two nodes. None where a strategy is not a plain list of values or ``params`` is."""
+    sizes, kinds = _members(world_size_strategy), _members(dtype_strategy)
+    ops = _members(op_strategy) if takes_op else [None]
+    if not (sizes and kinds and ops) or callable(params):
+        return []
+    sizes = [p for p in (2, 3, 1, 5, 4, 7, 6) if p in sizes] or sizes[:1]
+    drawn = dict(params)
+    cases = []
+    for i in range(max(len(ops) * len(kinds), 2 * len(sizes), 12)):
+        p, op = sizes[i % len(sizes)], ops[i % len(ops)]
+        dtype = np.dtype(kinds[(i // len(ops)) % len(kinds)])
+        n = min(max_length, (1, p + 1, 2 * p - 1, 0, p - 1, p, 997)[(i + i // len(sizes)) % 7])
+        root = None
+        if takes_root:
+            root = drawn.get("root", p - 1 if i % 2 == 0 else p // 2)
+        topology = ring(p, 1e9, 1e-6)
+        if i % 3 == 1:
+            topology = replace(switch(p, 1e9, 1e-6), reducing_switches=("switch",))
+        elif i % 3 == 2 and p % 2 == 0:
+            topology = hierarchical(2, p // 2, 1e9, 1e-6, 1e9, 1e-5)
+        inputs = [_values(dtype, n, op, i % 4 >= 2, 1000 * i + rank) for rank in range(p)]
+        cases.append(Case(inputs, topology, op, root,
+                          {k: v for k, v in drawn.items() if k != "root"}))
+    return cases
+
+
 def check_collective(algorithm: Callable[..., Any], reference: Callable[..., Sequence[Any]], *,
                      world_sizes: st.SearchStrategy[int] = world_sizes(),
                      max_length: int = 3000,
@@ -350,6 +417,10 @@ def check_collective(algorithm: Callable[..., Any], reference: Callable[..., Seq
     # hypothesis names the test in its report ("Falsifying example: check_my_allreduce(...)").
     run.__name__ = run.__qualname__ = f"check_{_name(algorithm)}"
     test = hypothesis.given(case=cases)(run)
+    # Explicit examples run first, in this order, and hypothesis reports the first that fails.
+    for case in reversed(_corner_cases(world_sizes, max_length, dtypes, ops, takes_op,
+                                       takes_root, params or {})):
+        test = hypothesis.example(case=case)(test)
     base = settings or hypothesis.settings()
     phases = [phase for phase in base.phases if phase is not hypothesis.Phase.explain]
     hypothesis.settings(base, deadline=None, print_blob=False, phases=phases)(test)()

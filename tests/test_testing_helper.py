@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms import (
-    SUM, Alloc, Comm, Copy, Join, Recv, ReduceOp, Send, Spawn, Wait, chunk_bounds,
+    SUM, Alloc, Comm, Copy, Divide, Join, Recv, ReduceOp, Send, Spawn, Wait, chunk_bounds,
+    ring_allreduce,
 )
-from algorithms.reference import allreduce_reference, reduced
+from algorithms.reference import allreduce_reference, reduce_reference, reduced
 from simcomm import ring
 from simcomm.testing import (
     Case, buffers, check_case, check_collective, dtypes, reduce_ops, topologies, world_sizes,
@@ -88,9 +89,10 @@ def test_planted_uneven_chunk_bug_is_caught_with_an_uneven_length() -> None:
     assert re.search(r"wrong on rank \d+: first wrong index \d+: got .+, expected ",
                      str(info.value))
     notes = "\n".join(getattr(info.value, "__notes__", []))
-    # hypothesis words its report "Falsifying example:" or, since 6.16x, "Failing test case:".
-    assert re.search(r"(Falsifying example|Failing test case): check_lossy_ring_allreduce\(",
-                     notes), notes
+    # hypothesis words its report "Falsifying example:", "Failing test case:" or, for an
+    # explicit example (the corner cases run first), "Failing explicit example:".
+    assert re.search(r"(Falsifying|Failing) (explicit )?(example|test case): "
+                     r"check_lossy_ring_allreduce\(", notes), notes
 
 
 def test_correct_user_algorithm_passes() -> None:
@@ -228,3 +230,49 @@ def test_without_random_delays_the_race_never_shows(p: int, data: st.DataObject)
     inputs = [np.full(5, rank + 1, np.int32) for rank in range(p)]
     check_case(last_one_wins_copy, rank_0_to_rank_1,
                Case(inputs, data.draw(topologies(p)), jitter=None))
+
+
+# Bugs that the drawn cases alone missed within the profile's examples (a mutation test of
+# the checker): its corner cases (``_corner_cases``) and wide values must catch them.
+
+def max_as_sum_reduce(comm: Comm, x: Any, root: int = 0, op: ReduceOp = SUM
+                      ) -> Generator[Any, Any, Any]:
+    """A flat reduce that folds MAX as a sum: right for every op but MAX."""
+    fold = SUM if op is ReduceOp.MAX else op
+    if comm.rank != root:
+        yield Wait((yield Send(root, x)))
+        return None
+    handles = []
+    for peer in range(comm.size):
+        if peer != root:
+            handles.append((yield Recv(peer, x, fold)))
+    if handles:
+        yield Wait(*handles)
+    if op is ReduceOp.AVG and comm.size > 1 and len(x):
+        yield Divide(x, comm.size)
+    return x
+
+
+def short_buffer_shortcut(comm: Comm, x: Any, op: ReduceOp = SUM) -> Generator[Any, Any, Any]:
+    """Skips the all-reduce of a buffer of one element or none, 'too small to split'."""
+    if len(x) <= 1:
+        return x
+    return (yield from ring_allreduce(comm, x, op))
+
+
+def float32_staging(comm: Comm, x: Any, op: ReduceOp = SUM) -> Generator[Any, Any, Any]:
+    """All-reduces a float32 copy of x: loses float64's, int32's and int64's low bits."""
+    work = x.astype(np.float32)
+    yield from ring_allreduce(comm, work, op)
+    return work.astype(x.dtype)
+
+
+@pytest.mark.parametrize(("algorithm", "problem"), [
+    (max_as_sum_reduce, r"(?s)is wrong on rank \d+: .*op MAX"),
+    (short_buffer_shortcut, r"(?s)is wrong on rank \d+: .*length 1,"),
+    (float32_staging, r"(?s)is wrong on rank \d+: .*dtype (float64|int32|int64)"),
+])
+def test_mutants_the_drawn_cases_missed_are_caught(algorithm: Any, problem: str) -> None:
+    reference = reduce_reference if algorithm is max_as_sum_reduce else allreduce_reference
+    with pytest.raises(AssertionError, match=problem):
+        check_collective(algorithm, reference, settings=settings(**REPORT_ONE_BUG))
