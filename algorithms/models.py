@@ -8,6 +8,7 @@ Published models ready to use are in ``algorithms.harness.model_presets``; a rea
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 
@@ -22,11 +23,15 @@ class Layer:
     backward_seconds: float
 
     def __post_init__(self) -> None:
-        if any(not isinstance(n, int) or n < 0 for n in self.params):
-            raise ValueError(f"layer {self.name!r}: parameter sizes must be ints >= 0, "
-                             f"got {self.params!r}")
+        if not isinstance(self.params, (tuple, list)) or any(
+                isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in self.params):
+            raise ValueError(f"layer {self.name!r}: parameter sizes must be a tuple of ints "
+                             f">= 0, got {self.params!r}")
         for what, value in (("forward_seconds", self.forward_seconds),
                             ("backward_seconds", self.backward_seconds)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"layer {self.name!r}: {what} must be a number of seconds, "
+                                f"got {value!r}")
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"layer {self.name!r}: {what} must be finite and >= 0, "
                                  f"got {value!r}")
@@ -55,11 +60,18 @@ class Model:
     def __post_init__(self) -> None:
         if not self.layers:
             raise ValueError(f"model {self.name!r} has no layers")
+        for layer in self.layers:
+            if not isinstance(layer, Layer):
+                raise TypeError(f"model {self.name!r}: layers must be Layer objects, got "
+                                f"{layer!r}")
+        for what, value, least in (("grad_bytes", self.grad_bytes, 1),
+                                   ("input_bytes", self.input_bytes, 0),
+                                   ("output_bytes", self.output_bytes, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"model {self.name!r}: {what} must be an int >= {least}, "
+                                 f"got {value!r}")
         if len({layer.name for layer in self.layers}) != len(self.layers):
             raise ValueError(f"model {self.name!r}: layer names must be distinct")
-        if self.grad_bytes < 1 or self.input_bytes < 0 or self.output_bytes < 0:
-            raise ValueError(f"model {self.name!r}: grad_bytes must be >= 1 and the input and "
-                             "output sizes >= 0")
 
     @property
     def param_count(self) -> int:

@@ -68,6 +68,13 @@ def tree_channels(channels: int) -> list[str]:
     return [f"tree {c}" for c in range(channels)]
 
 
+def _check_node(nodes: int, index: int) -> None:
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"nodes must be an int >= 1, got {nodes!r}")
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < nodes:
+        raise ValueError(f"index must be a node in [0, {nodes}), got {index!r}")
+
+
 def binary_tree(nodes: int, index: int) -> TreeNode:
     """Node ``index`` of NCCL's binary tree over ``nodes`` nodes, rooted at 0: its parent
     and children, -1 for none (``ncclGetBtree``, NVIDIA/nccl src/graph/trees.cc).
@@ -84,6 +91,7 @@ def binary_tree(nodes: int, index: int) -> TreeNode:
            / \\     / \\     /  \\     \\
           1   3   5   7   9   11    13
     """
+    _check_node(nodes, index)
     bit = 1
     while bit < nodes and not bit & index:
         bit <<= 1
@@ -110,6 +118,7 @@ def double_binary_tree(nodes: int, index: int) -> tuple[TreeNode, TreeNode]:
     Tree 0's leaves are the odd nodes; tree 1's the even ones, so each node is a leaf in one
     tree and free to spend its links on the other. Node 0 of an odd count (3 or more) is
     the exception: the root of tree 0, interior in tree 1."""
+    _check_node(nodes, index)
     if nodes % 2:
         moved, back = (index - 1) % nodes, (lambda i: (i + 1) % nodes)
     else:

@@ -283,6 +283,10 @@ class Divide:
     def __post_init__(self) -> None:
         if not isinstance(self.divisor, int) or self.divisor < 1:
             raise ValueError(f"Divide.divisor must be an int >= 1, got {self.divisor!r}")
+        if str(getattr(self.buf, "dtype", "")) in ("bool", "torch.bool"):
+            raise TypeError("Divide of a bool buffer (op=AVG): a mean of booleans is no "
+                            "boolean; use SUM or MAX (logical or), MIN or PROD (and), or a "
+                            "numeric dtype")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -418,15 +422,19 @@ class Comm:
     tuner: Tuner | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.size, int) or self.size < 1:
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
             raise ValueError(f"world size must be an int >= 1, got {self.size!r}")
-        if not isinstance(self.rank, int) or not 0 <= self.rank < self.size:
+        if (isinstance(self.rank, bool) or not isinstance(self.rank, int)
+                or not 0 <= self.rank < self.size):
             raise ValueError(f"rank must be an int in [0, {self.size}), got {self.rank!r}")
         if self.local_size is not None and (
                 type(self.local_size) is not int or self.local_size < 1
                 or self.size % self.local_size):
             raise ValueError(f"local_size must be an int >= 1 that divides the world size "
                              f"{self.size}, got {self.local_size!r}")
+        if self.tuner is not None and not callable(self.tuner):
+            raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got "
+                            f"{self.tuner!r}")
 
     @property
     def ranks_per_node(self) -> int:

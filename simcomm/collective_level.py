@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -107,6 +108,9 @@ class Machine:
     tuner that makes those choices (``Comm.tuner``: the model's own unless given)."""
 
     def __init__(self, topology: Topology, tuner: Tuner | None = None) -> None:
+        if tuner is not None and not callable(tuner):
+            raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got "
+                            f"{tuner!r}")
         self.topology = topology
         self.estimator = ModelTuner(topology)
         self.tuner = self.estimator if tuner is None else tuner
@@ -843,9 +847,30 @@ def collective_cost(algorithm: Callable[..., Any], count: int, itemsize: int,
     """The cost of ``algorithm`` on a topology (or a ``Machine``) with ``count`` elements of
     ``itemsize`` bytes per rank, all ranks starting together; ``params`` go to the
     algorithm."""
+    model = _model(algorithm)
+    for name, value, least in (("count", count, 0), ("itemsize", itemsize, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"collective_cost: {name} must be an int >= {least}, got {value!r}")
+    count, itemsize = int(count), int(itemsize)
+    if count * itemsize > sys.maxsize:
+        raise ValueError(f"collective_cost: {count:,} elements of {itemsize} B are more than "
+                         f"a buffer holds ({sys.maxsize:,} B)")
     if not isinstance(machine, Machine):
         machine = Machine(machine)
-    return _model(algorithm).cost(machine, count, itemsize, **params)
+    _check_params(algorithm, params)
+    return model.cost(machine, count, itemsize, **params)
+
+
+def _check_params(algorithm: Callable[..., Any], params: dict[str, Any]) -> None:
+    """Refuse, as the message level does, a parameter ``algorithm`` does not take and an
+    ``op`` that is not a ``ReduceOp`` (the cost functions' own errors would mislead)."""
+    unknown = set(params) - set(inspect.signature(algorithm).parameters)
+    if unknown:
+        raise TypeError(f"{algorithm.__name__}() got unexpected keyword arguments "
+                        f"{', '.join(sorted(unknown))}")
+    if "op" in params and type(params["op"]) is not ReduceOp:
+        raise TypeError(f"{algorithm.__name__}: op must be a ReduceOp (algorithms.SUM, AVG, "
+                        f"MAX, MIN, PROD), got {params['op']!r}")
 
 
 def _model(algorithm: Callable[..., Any]) -> _Model:
@@ -901,10 +926,9 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
         raise ValueError(f"the collective level needs one buffer length and dtype on every "
                          f"rank, got {len(shapes)} different ones")
     (count, dtype), = shapes
-    unknown = set(params) - set(inspect.signature(algorithm).parameters)
-    if unknown:  # the cost function's own name would mislead
-        raise TypeError(f"{algorithm.__name__}() got unexpected keyword arguments "
-                        f"{', '.join(sorted(unknown))}")
+    _check_params(algorithm, params)  # the cost function's own errors would mislead
+    if params.get("op") is AVG and dtype.kind == "b":  # as the message level's Divide
+        raise TypeError("Divide of a bool buffer (op=AVG): a mean of booleans is no boolean")
     cost = model.cost_of(Machine(topology, tuner), count, dtype, **params)
     links = [] if cost.link_bytes is None or cost.link_busy is None else link_stats(
         topology.links, cost.link_bytes.astype(np.int64).tolist(), cost.link_busy.tolist())
@@ -924,6 +948,7 @@ class TimedCollective:
     def __init__(self, algorithm: Callable[..., Any], machine: Topology | Machine, /,
                  **params: Any) -> None:
         self.model = _model(algorithm)
+        _check_params(algorithm, params)
         self.algorithm, self.params = algorithm, params
         self.machine = machine if isinstance(machine, Machine) else Machine(machine)
         self.costs: list[CollectiveCost] = []
@@ -935,6 +960,7 @@ class TimedCollective:
         key = (len(buf), buf.dtype, tuple(sorted(params.items(), key=lambda item: item[0])))
         cost = self._known.get(key)
         if cost is None:
+            _check_params(self.algorithm, params)
             cost = self._known[key] = self.model.cost_of(self.machine, len(buf), buf.dtype,
                                                          **params)
         self.costs.append(cost)

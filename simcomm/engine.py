@@ -121,8 +121,8 @@ class Jitter:
     max_delay: float  # seconds
 
     def __post_init__(self) -> None:
-        if type(self.seed) is not int:
-            raise ValueError(f"Jitter.seed must be an int, got {self.seed!r}")
+        if type(self.seed) is not int or self.seed < 0:
+            raise ValueError(f"Jitter.seed must be an int >= 0, got {self.seed!r}")
         if not (isinstance(self.max_delay, (int, float)) and not isinstance(self.max_delay, bool)
                 and math.isfinite(self.max_delay) and self.max_delay >= 0):
             raise ValueError(f"Jitter.max_delay must be finite seconds >= 0, got "
@@ -1035,6 +1035,12 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
     which ran.
     """
     # Checks that hold at either level, before choosing one.
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology must be a simcomm.Topology (ring, switch, make_preset, ...), "
+                        f"got {topology!r}")
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, (Sequence, np.ndarray)):
+        raise TypeError(f"inputs must be a list of one buffer per rank (numpy arrays or "
+                        f"SizeOnly), got {type(inputs).__name__}")
     if eager_limit is not None and (type(eager_limit) is not int or eager_limit < 0):
         raise ValueError(f"eager_limit must be an int of bytes >= 0 or None, got "
                          f"{eager_limit!r}")
@@ -1047,6 +1053,9 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
                          f"{max_time!r}")
     if type(record) is not bool:
         raise ValueError(f"record must be True or False, got {record!r}")
+    if trace is not None and not isinstance(trace, (str, os.PathLike)) and not hasattr(
+            trace, "write"):  # refused now, not after the whole run
+        raise TypeError(f"trace must be a path or an open text file, got {trace!r}")
     if isinstance(trace, (str, os.PathLike)):  # refused now, not after the whole run
         where = Path(trace)
         if where.is_dir() or not where.parent.is_dir():

@@ -628,11 +628,17 @@ def list_presets() -> list[tuple[str, str]]:
 
 def is_preset_spec(spec: str) -> bool:
     """Whether ``spec`` names a preset (with or without parameters)."""
+    if not isinstance(spec, str):
+        raise TypeError(f"a preset is named by a string (NAME or NAME:key=value,...), got "
+                        f"{spec!r}")
     return spec.partition(":")[0].strip() in PRESETS
 
 
 def make_preset(spec: str) -> Topology:
     """Build a preset from ``NAME`` or ``NAME:key=value,key=value``."""
+    if not isinstance(spec, str):
+        raise TypeError(f"a preset is named by a string (NAME or NAME:key=value,...), got "
+                        f"{spec!r}")
     name, _, args = spec.partition(":")
     name = name.strip()
     preset = PRESETS.get(name)

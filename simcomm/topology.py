@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from algorithms.nvls import NVLS_CHANNELS
-from algorithms.ops import Protocol, check_channels
+from algorithms.ops import Protocol, check_channels, check_flag
 
 # Ranks a builder makes at most: the largest clusters trained on today are about 100,000
 # GPUs. Beyond it a typo (--ranks 100000000) would build billions of links before a word.
@@ -216,6 +216,9 @@ class Topology:
             raise ValueError(f"topology {self.name!r}: node names must be unique")
         known, ends = set(self.nodes), set()
         for link in self.links:
+            if not isinstance(link, Link):
+                raise TypeError(f"topology {self.name!r}: links must be Link objects, got "
+                                f"{link!r}")
             for end in (link.src, link.dst):
                 if end not in known:
                     raise ValueError(f"topology {self.name!r}: link {link.src}->{link.dst} "
@@ -231,9 +234,13 @@ class Topology:
                 raise ValueError(f"topology {self.name!r}: rank {r} is on unknown node {node!r}")
         if len(set(self.ranks)) != len(self.ranks):
             raise ValueError(f"topology {self.name!r}: two ranks share a node")
-        if len(self.reduce_bandwidth) != len(self.ranks):
+        if (not isinstance(self.reduce_bandwidth, (Sequence, np.ndarray))
+                or len(self.reduce_bandwidth) != len(self.ranks)):
             raise ValueError(f"topology {self.name!r}: need one reduce bandwidth per rank")
         for r, bw in enumerate(self.reduce_bandwidth):
+            if isinstance(bw, bool) or not isinstance(bw, numbers.Real):
+                raise TypeError(f"topology {self.name!r}: rank {r} reduce bandwidth must be a "
+                                f"number of bytes/second, got {bw!r}")
             if not bw > 0:
                 raise ValueError(f"topology {self.name!r}: rank {r} reduce bandwidth must be > 0")
         if self.local_size is not None and (
@@ -247,7 +254,8 @@ class Topology:
             except ValueError as error:
                 raise ValueError(f"topology {self.name!r}: {error} (None: one per rank of a "
                                  "node)") from None
-        if not (isinstance(self.ll_bandwidth, (int, float)) and self.ll_bandwidth > 0):
+        if not (isinstance(self.ll_bandwidth, (int, float))
+                and not isinstance(self.ll_bandwidth, bool) and self.ll_bandwidth > 0):
             raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
                              f"(inf: no limit), got {self.ll_bandwidth!r}")
         for key in ("injection_bandwidth", "ll128_channel_bandwidth", "tree_channel_bandwidth",
@@ -315,6 +323,11 @@ class Topology:
         key = (src, dst)
         path = self._routes.get(key)
         if path is None:
+            for rank in key:
+                if (isinstance(rank, bool) or not isinstance(rank, (int, np.integer))
+                        or not 0 <= rank < self.size):
+                    raise ValueError(f"route from rank {src!r} to rank {dst!r}: the topology "
+                                     f"has ranks 0 to {self.size - 1}")
             path = self._routes[key] = self._shortest_path(src, dst)
         return path
 
@@ -465,6 +478,7 @@ class Topology:
 
     def egress_bandwidth(self, rank: int) -> float:
         """Total bandwidth of the links leaving rank ``rank``'s node."""
+        self._check_rank("egress bandwidth", rank)
         node = self.ranks[rank]
         return sum(link.bandwidth for link in self.links if link.src == node)
 
@@ -475,6 +489,8 @@ class Topology:
     def with_compute_speed(self, speeds: dict[int, float]) -> Topology:
         """A copy whose ranks in ``speeds`` compute at those factors of the nominal speed
         (``{3: 0.8}``: rank 3 is 20% slow); the others keep theirs."""
+        if not isinstance(speeds, dict):
+            raise TypeError(f"with_compute_speed takes a dict of rank -> factor, got {speeds!r}")
         factors = [self.speed_of(r) for r in range(self.size)]
         for rank, speed in speeds.items():
             self._check_rank("compute speed", rank)
@@ -485,6 +501,8 @@ class Topology:
         """A copy whose ranks in ``speeds`` reduce and copy locally at those factors of
         their ``reduce_bandwidth`` (``{3: 0.5}``: rank 3's memory at half the rate); an
         infinite rate (free reductions) stays infinite."""
+        if not isinstance(speeds, dict):
+            raise TypeError(f"with_memory_speed takes a dict of rank -> factor, got {speeds!r}")
         rates = list(self.reduce_bandwidth)
         for rank, speed in speeds.items():
             self._check_rank("memory speed", rank)
@@ -499,6 +517,8 @@ class Topology:
         ``protocol``: an even share of what one GPU's kernels move (``injection_bandwidth``;
         under LL no more than ``ll_bandwidth``), under LL128 no more than
         ``ll128_channel_bandwidth``. Infinite: no limit."""
+        if not channels >= 1:
+            raise ValueError(f"channel_rate: channels must be >= 1, got {channels!r}")
         rate = self.injection_bandwidth
         if protocol is Protocol.LL:
             rate = min(rate, self.ll_bandwidth)
@@ -543,8 +563,8 @@ class Topology:
                 and math.isfinite(max_extra) and max_extra >= 0):
             raise ValueError(f"with_latency_jitter: max_extra must be a finite number of "
                              f"seconds >= 0, got {max_extra!r}")
-        if type(seed) is not int:
-            raise ValueError(f"with_latency_jitter: seed must be an int, got {seed!r}")
+        if type(seed) is not int or seed < 0:
+            raise ValueError(f"with_latency_jitter: seed must be an int >= 0, got {seed!r}")
         rng = np.random.default_rng(seed)
         extra = rng.uniform(0.0, max_extra, size=len(self.links))
         links = tuple(replace(link, latency=link.latency + float(e),
@@ -569,6 +589,9 @@ def _link_with(src: str, dst: str, bandwidth: float, latency: float | PerProtoco
               share: float = 1.0) -> Link:
     """A link with ``share`` of ``latency``: seconds, or seconds per protocol (and for
     NCCL's tree, if given)."""
+    if isinstance(latency, bool) or not isinstance(latency, (PerProtocol, numbers.Real)):
+        raise TypeError(f"link {src}->{dst}: latency must be seconds (a number) or a "
+                        f"PerProtocol, got {latency!r}")
     if isinstance(latency, PerProtocol):
         return Link(src, dst, bandwidth, latency.simple * share,
                     ll_latency=latency.ll * share, ll128_latency=latency.ll128 * share,
@@ -591,6 +614,9 @@ def _gpus(n: int, prefix: str = "gpu") -> list[str]:
 
 
 def _reduce_bw(n: int, reduce_bandwidth: float) -> tuple[float, ...]:
+    if isinstance(reduce_bandwidth, bool) or not isinstance(reduce_bandwidth, numbers.Real):
+        raise TypeError(f"reduce_bandwidth must be a number of bytes/second, got "
+                        f"{reduce_bandwidth!r}")
     return (float(reduce_bandwidth),) * n
 
 
@@ -656,6 +682,7 @@ def hierarchical(nodes: int, gpus_per_node: int, intra_bandwidth: float,
     for name, count in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"{name} must be an int >= 1, got {count!r}")
+    check_flag(nic_per_gpu, "nic_per_gpu")
     gpus = _gpus(nodes * gpus_per_node)
     names: list[str] = list(gpus)
     links: list[Link] = []
@@ -696,6 +723,7 @@ def make_topology(kind: str, ranks: int, bandwidth: float, latency: float,
     if kind == "switch":
         return switch(ranks, bandwidth, latency, reduce_bandwidth)
     if kind == "hierarchical":
+        check_rank_count(ranks)
         per_node = min(ranks, 8) if gpus_per_node is None else gpus_per_node
         if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
             raise ValueError(f"hierarchical: gpus_per_node must be an int >= 1, got {per_node!r}")

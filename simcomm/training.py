@@ -106,7 +106,13 @@ class StepReport:
         return "\n".join(lines)
 
 
-def _grad_dtype(model: Model) -> Any:
+def _grad_dtype(model: Model, topology: Topology) -> Any:
+    """The gradients' dtype, after refusing a model or topology of the wrong type."""
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be an algorithms.models.Model (preset_model, "
+                        f"model_from_flops), got {model!r}")
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology must be a simcomm.Topology, got {topology!r}")
     dtype = _GRAD_DTYPES.get(model.grad_bytes)
     if dtype is None:
         raise ValueError(f"model {model.name!r}: grad_bytes must be 2, 4 or 8, "
@@ -132,9 +138,9 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
     rank that stands for all (``run_one_rank_for_all``). ``variation`` draws messages'
     delays and computations' lengths at random (``simcomm.variation``; message level);
     ``progress`` is ``simulate``'s."""
+    dtype = _grad_dtype(model, topology)
     buckets = model_buckets(model, bucket_cap, first_bucket_cap)
     order = gradient_order(model)
-    dtype = _grad_dtype(model)
     grads = [SizeOnly(sum(model.layers[li].params[ti] for li, ti in (order[i] for i in members)),
                       dtype) for members in buckets]
     if choose_level(_level_for(level, variation), allreduce, topology.size,
@@ -168,8 +174,8 @@ def simulate_ddp(model: Model, topology: Topology, *, bucket_cap: int = DEFAULT_
 def simulate_dp(model: Model, topology: Topology, *, root: int = 0, trace: Any = None
                 ) -> StepReport:
     """Simulate one DataParallel step of ``model`` with the master GPU ``root``."""
+    dtype = _grad_dtype(model, topology)
     p = topology.size
-    dtype = _grad_dtype(model)
     flat = SizeOnly(model.param_count, dtype)
     inputs = [SizeOnly(model.input_bytes * (p if rank == root else 1), np.uint8)
               for rank in range(p)]
@@ -347,8 +353,8 @@ def simulate_fsdp(model: Model, topology: Topology, *, forward_prefetch: bool = 
     """Simulate one FSDP step of ``model`` (one unit per layer) on ``topology``; at
     ``level`` ``collective`` (or ``auto``) each all-gather and reduce-scatter is one timed
     event (``run_one_rank_for_all``)."""
+    dtype = _grad_dtype(model, topology)
     p = topology.size
-    dtype = _grad_dtype(model)
     flat = [SizeOnly(padded_size(layer.param_count, p), dtype) for layer in model.layers]
     shards = [SizeOnly(len(buf) // p, dtype) for buf in flat]
     options = {"forward_prefetch": forward_prefetch, "backward_prefetch": backward_prefetch,

@@ -93,6 +93,15 @@ def call_channels(choice: Choice, nbytes: int, ranks: int) -> Choice:
     return Choice(choice.algorithm, choice.protocol, channels)
 
 
+def _check_call(collective: str, nbytes: int) -> None:
+    """Refuse a collective the tuner does not know and a size that is no count of bytes."""
+    if collective not in CANDIDATES:
+        raise ValueError(f"no tuner for collective {collective!r}; known: "
+                         f"{', '.join(CANDIDATES)}")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+        raise ValueError(f"{collective}: nbytes must be an int >= 0, got {nbytes!r}")
+
+
 @dataclass(frozen=True)
 class _Shape:
     """Rings' or trees' costs that do not depend on the bytes (``ModelTuner._shape``)."""
@@ -119,6 +128,8 @@ class ModelTuner:
     with the least estimated time. Choices are cached per (collective, bytes)."""
 
     def __init__(self, topology: Topology) -> None:
+        if not isinstance(topology, Topology):
+            raise TypeError(f"ModelTuner needs a Topology, got {topology!r}")
         self.topology = topology
         # Rings and trees alike run on NCCL's channels, or else one per rank of a node:
         # every NIC busy.
@@ -138,9 +149,7 @@ class ModelTuner:
     def estimates(self, collective: str, nbytes: int) -> dict[Choice, float]:
         """Estimated seconds of every candidate for ``nbytes`` per rank, in the order
         tried (ties go to the first)."""
-        if collective not in CANDIDATES:
-            raise ValueError(f"no tuner for collective {collective!r}; known: "
-                             f"{', '.join(CANDIDATES)}")
+        _check_call(collective, nbytes)
         candidates = [Choice(algorithm, protocol, self.channels)
                       for algorithm in CANDIDATES[collective] if algorithm not in IN_SWITCH
                       for protocol in self.protocols()]
@@ -262,6 +271,11 @@ class ModelTuner:
                  ) -> float:
         """Estimated seconds of ``collective`` of ``nbytes`` per rank run as ``choice``; a
         tree in chunks of about ``chunk_bytes`` (0: NCCL's, ``tree_chunk_bytes``)."""
+        _check_call(collective, nbytes)
+        if (not isinstance(choice, Choice) or type(choice.protocol) is not Protocol
+                or type(choice.channels) is not int or choice.channels < 1):
+            raise TypeError(f"choice must be a Choice(algorithm, Protocol, channels >= 1), "
+                            f"got {choice!r}")
         p, protocol = self.topology.size, choice.protocol
         launch = self.topology.launch_latency.of(protocol, choice.algorithm)
         if p == 1:

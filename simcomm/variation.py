@@ -20,6 +20,7 @@ longer or shorter each computation takes, drawn from named distributions.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,12 @@ class Distribution:
 
     def __post_init__(self) -> None:
         _known(self.kind)
+        for name in ("params", "samples"):
+            values = getattr(self, name)
+            if not isinstance(values, (tuple, list)) or any(
+                    isinstance(v, bool) or not isinstance(v, numbers.Real) for v in values):
+                raise ValueError(f"{self.kind}: {name} must be a tuple of numbers, got "
+                                 f"{values!r}")
         if self.kind == "empirical":
             if not self.samples or any(not (math.isfinite(v) and v >= 0) for v in self.samples):
                 raise ValueError("an empirical distribution needs samples, finite and >= 0")
@@ -134,8 +141,13 @@ class Variation:
     message_slowdown: Distribution | None = None  # times each message's bytes on a link
 
     def __post_init__(self) -> None:
-        if type(self.seed) is not int:
-            raise ValueError(f"Variation.seed must be an int, got {self.seed!r}")
+        if type(self.seed) is not int or self.seed < 0:
+            raise ValueError(f"Variation.seed must be an int >= 0, got {self.seed!r}")
+        for name in ("message_delay", "compute_factor", "message_slowdown"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Distribution):
+                raise TypeError(f"Variation.{name} must be a Distribution or None (parse "
+                                f"text with Distribution.parse), got {value!r}")
         for name in ("compute_factor", "message_slowdown"):
             factor = getattr(self, name)
             if factor is not None:
@@ -147,6 +159,10 @@ class Samples:
     """Times of seeded runs (seconds), and their statistics."""
 
     times: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.times:
+            raise ValueError("Samples needs at least one time")
 
     def percentile(self, q: float) -> float:
         """The ``q``-th percentile (0 to 100), interpolated."""
@@ -170,6 +186,11 @@ def sample_times(run: Callable[[int], float], samples: int, seed: int = 0, jobs:
     they ran."""
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an int >= 1, got {samples!r}")
+    for name, value, least in (("jobs", jobs, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    if not callable(run):
+        raise TypeError(f"run must be callable (seed) -> seconds, got {run!r}")
     seeds: Sequence[int] = range(seed, seed + samples)
     times = []
     with executor(jobs, scheduler, samples) as pool:

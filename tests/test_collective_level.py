@@ -228,6 +228,30 @@ def test_the_collective_level_refuses_what_it_cannot_do() -> None:
         simulate(ring_allreduce, sizes[:3], topology, level="collective")
 
 
+@pytest.mark.parametrize("count, itemsize, params, error, message", [
+    (-1, 4, {}, ValueError, "count must be an int >= 0, got -1"),
+    (2.5, 4, {}, ValueError, "count must be an int >= 0, got 2.5"),
+    (10, 0, {}, ValueError, "itemsize must be an int >= 1, got 0"),
+    (10, True, {}, ValueError, "itemsize must be an int >= 1, got True"),
+    (10**20, 4, {}, ValueError, "more than a buffer holds"),
+    (10, 4, {"op": "sum"}, TypeError, "op must be a ReduceOp"),
+    (10, 4, {"chunks": 2}, TypeError, "ring_allreduce.. got unexpected keyword arguments"),
+])
+def test_collective_cost_refuses_a_bad_size_or_parameter(count, itemsize, params, error,
+                                                        message) -> None:
+    # These came out as a time (a negative count or itemsize, op="sum"), or an OverflowError.
+    with pytest.raises(error, match=message):
+        collective_cost(ring_allreduce, count, itemsize, ring(4, 1e9, 1e-6), **params)
+    with pytest.raises(TypeError, match="ModelTuner needs a Topology, got 'dgx-h100'"):
+        collective_cost(ring_allreduce, 10, 4, "dgx-h100")
+
+
+def test_the_collective_level_refuses_an_op_the_message_level_refuses() -> None:
+    with pytest.raises(TypeError, match="op must be a ReduceOp"):
+        simulate(ring_allreduce, [SizeOnly(16)] * 4, ring(4, 1e9, 1e-6), level="collective",
+                 op="sum")
+
+
 def test_every_model_belongs_to_an_algorithm_of_algorithms() -> None:
     import algorithms
     for algorithm in MODELS:

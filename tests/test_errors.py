@@ -488,6 +488,73 @@ def test_the_apis_bad_arguments_are_named_at_either_level(case) -> None:
         call()
 
 
+def _misuse_in_a_notebook():
+    # Each was taken silently (a latency of True as 1 s, "no" as True, a negative length as
+    # two odd chunks) or failed deep inside (AttributeError, ZeroDivisionError, IndexError).
+    from algorithms import chunk_bounds, split_sizes
+    from algorithms.harness.model_presets import model_from_flops, preset_model
+    from algorithms.models import Layer, Model
+    from simcomm.presets import make_preset
+    from simcomm.training import simulate_ddp
+    from simcomm import Jitter
+    from simcomm.variation import Distribution, Variation
+    four, sizes = ring(4, 1e9, 1e-6), [SizeOnly(16)] * 4
+    layer = Layer("a", (5,), 1e-3, 1e-3)
+    return [
+        (lambda: simulate(ring_allreduce, 4, four), "inputs must be a list of one buffer"),
+        (lambda: simulate(ring_allreduce, iter(sizes), four), "got list_iterator"),
+        (lambda: simulate(ring_allreduce, sizes, "ring"), "topology must be a simcomm.Topology"),
+        (lambda: simulate(ring_allreduce, sizes, four, trace=5),
+         "trace must be a path or an open text file"),
+        (lambda: ring(4, 1e9, True), "latency must be seconds .a number. or a PerProtocol"),
+        (lambda: switch(4, 1e9, "5us"), "latency must be seconds .a number. or a PerProtocol"),
+        (lambda: ring(4, 1e9, 1e-6, reduce_bandwidth="1e9"), "reduce_bandwidth must be a number"),
+        (lambda: ring(4, 1e9, 1e-6, reduce_bandwidth=True), "reduce_bandwidth must be a number"),
+        (lambda: hierarchical(2, 2, 1e9, 1e-6, 1e9, 1e-6, nic_per_gpu="no"),
+         "nic_per_gpu must be True or False"),
+        (lambda: make_topology("hierarchical", "8", 1e9, 1e-6),
+         "number of ranks must be an int >= 1, got '8'"),
+        (lambda: Topology("t", ("a", "b"), (("a", "b", 1e9, 0.0),), ("a", "b"), (1.0, 1.0)),
+         "links must be Link objects"),
+        (lambda: Topology("t", ("a",), (), ("a",), ("fast",)),
+         "rank 0 reduce bandwidth must be a number"),
+        (lambda: Topology("t", ("a",), (), ("a",), 1e9), "one reduce bandwidth per rank"),
+        (lambda: four.route(0, 9), "route from rank 0 to rank 9: the topology has ranks 0 to 3"),
+        (lambda: four.route(-1, 0), "route from rank -1 to rank 0"),
+        (lambda: four.egress_bandwidth(4), "egress bandwidth for rank 4"),
+        (lambda: four.with_compute_speed([0.5]), "takes a dict of rank -> factor"),
+        (lambda: make_preset(None), "a preset is named by a string"),
+        (lambda: Model("m", (layer,), grad_bytes=2.5), "grad_bytes must be an int >= 1"),
+        (lambda: Model("m", (layer,), grad_bytes=True), "grad_bytes must be an int >= 1"),
+        (lambda: Model("m", (layer,), input_bytes=1.5), "input_bytes must be an int >= 0"),
+        (lambda: Model("m", (("a", (5,), 0.0, 0.0),)), "layers must be Layer objects"),
+        (lambda: Layer("a", (True,), 0.0, 0.0), "parameter sizes must be a tuple of ints"),
+        (lambda: Layer("a", (5,), "1ms", 0.0), "forward_seconds must be a number of seconds"),
+        (lambda: model_from_flops("x", [("a", (5,), 1e6)], 1, 0.0),
+         "throughput must be a finite FLOP/s > 0"),
+        (lambda: preset_model("resnet50", throughput="1e12"), "throughput must be a finite"),
+        (lambda: simulate_ddp(None, four), "model must be an algorithms.models.Model"),
+        (lambda: simulate_ddp(preset_model("resnet50"), "dgx-h100"),
+         "topology must be a simcomm.Topology"),
+        (lambda: chunk_bounds(-1, 2), "length must be an int >= 0, got -1"),
+        (lambda: chunk_bounds(10, True), "parts must be an int >= 1, got True"),
+        (lambda: split_sizes(np.arange(4), [2.5, 1.5]), "chunk sizes must be ints"),
+        (lambda: Comm(True, 4), r"rank must be an int in \[0, 4\), got True"),
+        (lambda: Comm(0, 4, tuner=5), "tuner must be callable"),
+        (lambda: Variation(0, message_delay="normal:1us,0.1us"),
+         "message_delay must be a Distribution or None"),
+        (lambda: Distribution("normal", "12"), "params must be a tuple of numbers"),
+        (lambda: Jitter(-1, 1e-6), "Jitter.seed must be an int >= 0, got -1"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(36))
+def test_misuse_of_the_api_is_named_not_taken_or_raised_from_deep_inside(case) -> None:
+    call, message = _misuse_in_a_notebook()[case]
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+
+
 def test_a_bound_past_the_clocks_range_bounds_nothing() -> None:
     sizes, four = [SizeOnly(16)] * 4, ring(4, 1e9, 1e-6)
     plain = simulate(ring_allreduce, sizes, four).time

@@ -76,6 +76,17 @@ def test_both_trees_span_the_nodes_and_each_node_is_a_leaf_in_one(nodes) -> None
     assert interior_in_both == ([0] if nodes % 2 and nodes > 1 else [])
 
 
+@pytest.mark.parametrize("tree", [binary_tree, double_binary_tree], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("nodes, index, message", [
+    (5, 9, r"index must be a node in \[0, 5\), got 9"), (5, -1, "got -1"),
+    (5, 1.0, "got 1.0"), (0, 0, "nodes must be an int >= 1, got 0"),
+])
+def test_a_node_outside_the_tree_is_refused(tree, nodes, index, message) -> None:
+    # binary_tree(5, 9) answered (8, (-1, -1)): a parent that is no node.
+    with pytest.raises(ValueError, match=message):
+        tree(nodes, index)
+
+
 @pytest.mark.parametrize(("nodes", "per_node"), [(1, 1), (1, 4), (4, 2), (5, 3), (6, 1)])
 def test_tree_positions_make_one_tree_of_all_ranks_per_channel(nodes, per_node) -> None:
     p = nodes * per_node

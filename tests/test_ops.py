@@ -90,6 +90,20 @@ def test_divide_needs_a_positive_int(divisor) -> None:
         Divide(BUF, divisor)
 
 
+def test_avg_of_bools_is_refused_not_a_numpy_casting_error() -> None:
+    # It failed deep in numpy (UFuncTypeError: cannot cast divide output to bool).
+    from algorithms import AVG
+    from simcomm import SizeOnly
+    with pytest.raises(TypeError, match="Divide of a bool buffer"):
+        Divide(np.ones(4, dtype=bool), 2)
+    for inputs, level in (([np.ones(8, dtype=bool)] * 4, "message"),
+                          ([SizeOnly(8, bool)] * 4, "message"),
+                          ([SizeOnly(8, bool)] * 4, "collective")):
+        with pytest.raises(TypeError, match="a mean of booleans is no boolean"):
+            simulate(ring_allreduce, inputs, fully_connected(4, 1e9, 1e-6), op=AVG,
+                     level=level)
+
+
 @pytest.mark.parametrize("count", [-1, 1.5, None])
 def test_alloc_needs_a_non_negative_int_count(count) -> None:
     with pytest.raises(ValueError, match="Alloc.count must be an int >= 0"):

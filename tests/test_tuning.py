@@ -148,6 +148,25 @@ def test_the_tuned_collectives_give_the_reference_results(name) -> None:
         assert len({launch.describe() for launch in result.launches}) == (1 if length else 0)
 
 
+@pytest.mark.parametrize("call, error, message", [
+    (lambda tuner: tuner("allreduce", -100), ValueError, "nbytes must be an int >= 0, got -100"),
+    (lambda tuner: tuner("allreduce", 1.5), ValueError, "nbytes must be an int >= 0, got 1.5"),
+    (lambda tuner: tuner("allreduce", "1MiB"), ValueError, "nbytes must be an int >= 0"),
+    (lambda tuner: tuner.best_for("broadcast", 100, "ring"), ValueError,
+     "no tuner for collective 'broadcast'"),
+    (lambda tuner: tuner.estimate("allreduce", Choice("ring", Protocol.SIMPLE, 0), 100),
+     TypeError, "channels >= 1"),
+    (lambda tuner: tuner.estimate("allreduce", Choice("ring", "simple", 4), 100), TypeError,
+     "choice must be a Choice"),
+])
+def test_the_model_tuner_refuses_a_bad_size_collective_or_choice(call, error, message) -> None:
+    # A negative or fractional size was tuned as if it were one; the others failed deep inside.
+    with pytest.raises(error, match=message):
+        call(ModelTuner(make_preset("dgx-h100")))
+    with pytest.raises(TypeError, match="ModelTuner needs a Topology"):
+        ModelTuner("dgx-h100")
+
+
 def test_forcing_a_choice_overrides_the_tuner_and_unknown_names_are_refused() -> None:
     topology = make_preset("cluster-h100:nodes=2")
     nccl_allreduce = get_collective("nccl_allreduce").function

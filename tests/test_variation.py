@@ -14,7 +14,7 @@ from algorithms.harness.model_presets import preset_model
 from simcomm import SizeOnly, simulate, switch
 from simcomm.presets import make_preset
 from simcomm.training import simulate_ddp, simulate_fsdp
-from simcomm.variation import Distribution, Variation, sample_times
+from simcomm.variation import Distribution, Samples, Variation, sample_times
 
 NOISY = Variation(7, Distribution("normal", (2e-6, 1e-6)), Distribution("lognormal", (1.0, 0.05)))
 NONE = Variation(3, Distribution("uniform", (0.0, 0.0)), Distribution("uniform", (1.0, 1.0)))
@@ -116,6 +116,25 @@ def test_distributions_are_read_and_checked(tmp_path: Path) -> None:
                           ("foo:1,2", "unknown distribution 'foo'")]:
         with pytest.raises(ValueError, match=message):
             Distribution.parse(text, seconds=True)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: sample_times(float, 3, jobs=0), "jobs must be an int >= 1, got 0"),
+    (lambda: sample_times(float, 3, jobs="2"), "jobs must be an int >= 1"),
+    (lambda: sample_times(float, 3, seed=1.5), "seed must be an int >= 0, got 1.5"),
+    (lambda: sample_times(5, 3), "run must be callable"),
+    (lambda: Variation(-1), "Variation.seed must be an int >= 0, got -1"),
+    (lambda: switch(2, 1e9, 1e-6).with_latency_jitter(-1, 1e-6), "seed must be an int >= 0"),
+])
+def test_bad_sampling_arguments_are_named(call, message) -> None:
+    # Each failed inside concurrent.futures or numpy ("expected non-negative integer").
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+
+
+def test_samples_need_a_time() -> None:
+    with pytest.raises(ValueError, match="Samples needs at least one time"):
+        Samples(())
 
 
 def test_a_factor_that_can_be_zero_is_refused(tmp_path: Path, capsys) -> None:

@@ -122,10 +122,7 @@ def preset_model(name: str, batch: int | None = None, throughput: float = DEFAUL
         raise ValueError(f"unknown model {name!r}; known: {', '.join(PRESET_MODELS)}")
     build, default_batch, _ = PRESET_MODELS[name]
     batch = default_batch if batch is None else batch
-    if not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be an int >= 1, got {batch!r}")
-    if not (throughput > 0 and math.isfinite(throughput)):
-        raise ValueError(f"throughput must be a finite FLOP/s > 0, got {throughput!r}")
+    _check_batch(batch, throughput)
     specs, input_bytes, output_bytes = build()
     # A step's input and output are buffers (DataParallel scatters and gathers them): no
     # larger than a buffer's byte count can be, which keeps every time finite too.
@@ -137,11 +134,20 @@ def preset_model(name: str, batch: int | None = None, throughput: float = DEFAUL
                             input_bytes * batch, output_bytes * batch)
 
 
+def _check_batch(batch: int, throughput: float) -> None:
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+    if not (isinstance(throughput, (int, float)) and not isinstance(throughput, bool)
+            and throughput > 0 and math.isfinite(throughput)):
+        raise ValueError(f"throughput must be a finite FLOP/s > 0, got {throughput!r}")
+
+
 def model_from_flops(name: str, specs: Sequence[LayerSpec], batch: int, throughput: float,
                      grad_bytes: int = 4, input_bytes: int = 0, output_bytes: int = 0
                      ) -> Model:
     """A model from (layer name, parameter tensors, forward FLOPs per sample) triples: the
     forward takes FLOPs x batch / throughput, the backward twice that."""
+    _check_batch(batch, throughput)
     layers = tuple(Layer(layer_name, tuple(params), flops * batch / throughput,
                          BACKWARD_FLOPS_RATIO * flops * batch / throughput)
                    for layer_name, params, flops in specs)
