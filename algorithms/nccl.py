@@ -57,6 +57,8 @@ def rail_ring(comm: Comm, channel: int) -> list[int]:
     local rank ``channel`` (mod ranks per node), so the ring leaves node n from local rank
     ``channel - 1`` and enters node n + 1 at local rank ``channel``: a different pair of
     GPUs, and NICs, for each channel."""
+    if isinstance(channel, bool) or not isinstance(channel, int) or channel < 0:
+        raise ValueError(f"rail_ring: channel must be an int >= 0, got {channel!r}")
     per_node = comm.ranks_per_node
     return [node * per_node + (channel + j) % per_node
             for node in range(comm.size // per_node) for j in range(per_node)]

@@ -149,7 +149,8 @@ def nccl_tree_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 
 
     def on_channel(channel: int, part: Any) -> Schedule:
         parent, children, depth = tree_position(comm, channel, 2 * channel // count)
-        chunks = split_even(part, max(1, math.ceil(part.nbytes / chunk_bytes)))
+        # At least one element a chunk, however small chunk_bytes is.
+        chunks = split_even(part, max(1, min(len(part), math.ceil(part.nbytes / chunk_bytes))))
         # A chunk sent up comes back after a round trip to the root, 2 x depth hops, each
         # costing a hop's latency besides the chunk's transfer (on the network about as
         # much again): so many chunk-times go by, and so many more chunks go up, before

@@ -765,7 +765,8 @@ def _tuned_messages(collective: str, choice: Choice, count: int, itemsize: int, 
         chunk = chunk_bytes or tree_chunk_bytes(choice.protocol, count * itemsize,
                                                 choice.channels, p // comm.ranks_per_node,
                                                 comm.ranks_per_node)
-        return sum(2 * (p - 1) * max(1, math.ceil(part * itemsize / chunk)) for part in parts)
+        return sum(2 * (p - 1) * max(1, min(part, math.ceil(part * itemsize / chunk)))
+                   for part in parts)
     if collective == "allreduce":
         return sum(2 * p * (p - 1) * ring_slices(_parts(part, p)[0] * itemsize, choice.protocol)
                    for part in parts)

@@ -183,7 +183,7 @@ BAD_ARGS = [
     # Used to grow past 18 GB and run for hours, to end at the op budget.
     (["--algorithm", "nccl_tree_allreduce", "--topology", "switch", "--sizes", "1G",
       "--param", "chunk_bytes=1", "--level", "message"],
-     "--level message: 1073741824 B would send 15,032,385,536 messages, past the "
+     "--level message: 1073741824 B would send 3,758,096,384 messages, past the "
      "300,000,000 ops a run may take (a Send and a Recv each): give --level auto or "
      "collective, or a smaller size"),
     (["--algorithm", "ring_allreduce", "--trace", "no/such/folder/run.json"],
