@@ -131,6 +131,13 @@ def _timed(run: Callable[[], Any], iters: int, warmup: int, device: torch.device
     return time_runs(lambda check_args: run(), warmup, iters, device, timing)
 
 
+def check_sizes(sizes: Sequence[int]) -> None:
+    """Refuse sizes ``measure`` cannot fit a link to: fewer than two distinct ones, or one
+    that is not a multiple of 4 bytes (float32 buffers)."""
+    if len(set(sizes)) < 2 or any(n < 4 or n % 4 for n in sizes):
+        raise ValueError(f"give at least two sizes, multiples of 4 bytes, got {list(sizes)}")
+
+
 def measure(sizes: Sequence[int], iters: int = 20, warmup: int = WARMUP_ITERS,
             device: torch.device | str = "cpu", timing: str = "mean", rounds: int = 1
             ) -> Measurements:
@@ -144,8 +151,7 @@ def measure(sizes: Sequence[int], iters: int = 20, warmup: int = WARMUP_ITERS,
     world = dist.get_world_size()
     if world < 2:
         raise ValueError("calibration needs at least 2 ranks")
-    if len(set(sizes)) < 2 or any(n < 4 or n % 4 for n in sizes):
-        raise ValueError(f"give at least two sizes, multiples of 4 bytes, got {list(sizes)}")
+    check_sizes(sizes)
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     driver = Driver()

@@ -37,7 +37,7 @@ from realcomm.bench import (
     BASELINES, DEFAULT_AVERAGE, ITERS, NATIVE_NAMES, TIMINGS, UNSUPPORTED_DTYPES, WARMUP_ITERS,
     RunOptions, bench_rank,
 )
-from realcomm.calibrate import DEFAULT_SIZES, Measurements, measure
+from realcomm.calibrate import DEFAULT_SIZES, Measurements, check_sizes, measure
 from realcomm.driver import (
     DEFAULT_SLICE_BYTES, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT, RealcommError, check_timeout,
 )
@@ -312,6 +312,7 @@ def calibrate(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
     check_timeout("--timeout", args.timeout)
+    check_sizes(sizes)  # here, not after the processes have started
     ran = _on_every_rank(args, measure, (tuple(sizes), args.iters, WARMUP_ITERS),
                          minimum=2, reason=" to measure links", timeout=args.timeout,
                          timing=args.timing, rounds=args.rounds)

@@ -99,6 +99,8 @@ def test_calibrate_fit_then_validate(tmp_path, capfd, monkeypatch) -> None:
     (["--nprocs", "2", "--rounds", "0"], "--rounds must be >= 1"),
     (["--nprocs", "2", "-n", "0"], "--iters must be >= 1"),
     (["--nprocs", "2", "--timing", "mode"], "argument --timing: invalid choice"),
+    # Checked in the spawned processes, after they had started.
+    (["--nprocs", "2", "--sizes", "6B"], "give at least two sizes, multiples of 4 bytes"),
 ])
 def test_calibrate_mistakes_are_one_line(args, message, tmp_path, capsys, monkeypatch) -> None:
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):

@@ -363,7 +363,7 @@ def test_calibrate_refuses_a_bad_timeout_or_too_many_processes_in_one_line(
         args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     _leave_launcher(monkeypatch)
-    argv = ["calibrate", "--out", str(tmp_path / "m.json"), "--sizes", "16", "-n", "1"]
+    argv = ["calibrate", "--out", str(tmp_path / "m.json"), "--sizes", "16,64", "-n", "1"]
     assert main(argv + (args if "--nprocs" in args else ["--nprocs", "2", *args])) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("realcomm: error: --") and err.count("\n") == 1
