@@ -82,6 +82,14 @@ def check_root(root: object, size: int) -> int:
     return root
 
 
+def check_divisible(dtype: object) -> None:
+    """Refuse a ``Divide`` (op=AVG) of a buffer of ``dtype`` where the mean has no meaning:
+    numpy's or torch's bool."""
+    if str(dtype) in ("bool", "torch.bool"):
+        raise TypeError("Divide of a bool buffer (op=AVG): a mean of booleans is no boolean; "
+                        "use SUM or MAX (logical or), MIN or PROD (and), or a numeric dtype")
+
+
 def check_flag(value: object, name: str) -> bool:
     """``value`` if it is True or False; else a ValueError naming ``name`` (a string such as
     "false" would otherwise count as true)."""
@@ -283,10 +291,7 @@ class Divide:
     def __post_init__(self) -> None:
         if not isinstance(self.divisor, int) or self.divisor < 1:
             raise ValueError(f"Divide.divisor must be an int >= 1, got {self.divisor!r}")
-        if str(getattr(self.buf, "dtype", "")) in ("bool", "torch.bool"):
-            raise TypeError("Divide of a bool buffer (op=AVG): a mean of booleans is no "
-                            "boolean; use SUM or MAX (logical or), MIN or PROD (and), or a "
-                            "numeric dtype")
+        check_divisible(getattr(self.buf, "dtype", None))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

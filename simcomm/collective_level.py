@@ -56,7 +56,7 @@ from algorithms.nvls import (
 )
 from algorithms.ops import (
     AVG, SUM, Choice, Comm, Launch, Protocol, ReduceOp, Sleep, Tuner, check_channels,
-    check_flag, check_root,
+    check_divisible, check_flag, check_root,
 )
 from algorithms.tuned import (
     ALLREDUCE_ALGORITHMS, AUTO, IN_SWITCH, ONE_WAY_ALGORITHMS, choose,
@@ -928,8 +928,8 @@ def run_collective_level(algorithm: Callable[..., Any], inputs: Sequence[Any],
                          f"rank, got {len(shapes)} different ones")
     (count, dtype), = shapes
     _check_params(algorithm, params)  # the cost function's own errors would mislead
-    if params.get("op") is AVG and dtype.kind == "b":  # as the message level's Divide
-        raise TypeError("Divide of a bool buffer (op=AVG): a mean of booleans is no boolean")
+    if params.get("op") is AVG:  # the message level's Divide refuses some dtypes
+        check_divisible(dtype)
     cost = model.cost_of(Machine(topology, tuner), count, dtype, **params)
     links = [] if cost.link_bytes is None or cost.link_busy is None else link_stats(
         topology.links, cost.link_bytes.astype(np.int64).tolist(), cost.link_busy.tolist())
