@@ -68,6 +68,8 @@ from simcomm.executors import default_jobs
 from simcomm.files import replacing
 from simcomm.presets import describe, list_presets
 from simcomm.results import SimResult
+from simcomm.spread_fit import MAX_SAMPLES as MAX_SPREAD_SAMPLES
+from simcomm.spread_fit import MAX_TRIALS as MAX_SPREAD_TRIALS
 from simcomm.spread_fit import SAMPLES as SPREAD_SAMPLES
 from simcomm.spread_fit import fit_spread, read_runs
 from simcomm.summary import format_summary
@@ -634,8 +636,8 @@ def _add_fit_spread_parser(commands: argparse._SubParsersAction) -> None:
 
 def fit_spread_command(args: argparse.Namespace) -> int:
     """``simcomm fit-spread``: fit, print the comparison and the flags."""
-    if args.samples < 5:
-        raise ValueError(f"--samples must be >= 5, got {args.samples}")
+    if not 5 <= args.samples <= MAX_SPREAD_SAMPLES:
+        raise ValueError(f"--samples must be from 5 to {MAX_SPREAD_SAMPLES}, got {args.samples}")
     measured = read_runs(args.runs)
     topology = _topology_from_args(args)
     config = algorithm_config(args.algorithm, sorted(measured))
@@ -643,7 +645,10 @@ def fit_spread_command(args: argparse.Namespace) -> int:
 
     def run(size: int, variation: Variation) -> float:
         return bench_size(config, topology, size, variation=variation).time_us / 1e6
-    print(fit_spread(run, measured, args.samples).format())
+    with tqdm(total=MAX_SPREAD_TRIALS, desc="fitting", unit="trial", file=sys.stderr,
+              leave=False, disable=not sys.stderr.isatty()) as bar:
+        fit = fit_spread(run, measured, args.samples, progress=lambda: bar.update(1))
+    print(fit.format())
     return 0
 
 

@@ -30,6 +30,7 @@ from simcomm.variation import Distribution, Variation
 
 PERCENTILES = (50, 90)  # the statistics fitted, and reported
 SAMPLES = 200  # seeded runs a size, at every trial
+MAX_SAMPLES = 10_000  # beyond this a fit runs for days; the percentiles are steady long before
 MAX_TRIALS = 400  # of the optimiser, each SAMPLES runs of every size
 # A run of one size with a variation, in seconds: the simulator, for the fit.
 Runner = Callable[[int, Variation], float]
@@ -83,9 +84,14 @@ class SpreadFit:
 
 
 def fit_spread(run: Runner, measured: Mapping[int, Sequence[float]], samples: int = SAMPLES,
-               max_trials: int = MAX_TRIALS) -> SpreadFit:
+               max_trials: int = MAX_TRIALS,
+               progress: Callable[[], None] | None = None) -> SpreadFit:
     """The lognormal delay and slowdown (see the module doc) under which ``run(size,
-    variation)`` spreads as the ``measured`` runs of each size (seconds) do."""
+    variation)`` spreads as the ``measured`` runs of each size (seconds) do; ``progress()``
+    is told of every trial (at most ``max_trials``, each ``samples`` runs of every size)."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or not (
+            5 <= samples <= MAX_SAMPLES):
+        raise ValueError(f"samples must be an int from 5 to {MAX_SAMPLES}, got {samples!r}")
     if not measured:
         raise ValueError("no measured sizes to fit")
     for size, times in measured.items():
@@ -109,6 +115,8 @@ def fit_spread(run: Runner, measured: Mapping[int, Sequence[float]], samples: in
                          for size in sizes])
 
     def loss(x: np.ndarray) -> float:
+        if progress is not None:
+            progress()
         return float(np.sum((np.log(percentiles(x)) - targets) ** 2))
 
     # Start where the largest size's median says the slowdown is, with a small delay, and

@@ -542,6 +542,11 @@ def _misuse_in_a_notebook():
         (lambda: split_sizes(np.arange(4), [2.5, 1.5]), "chunk sizes must be ints"),
         (lambda: Comm(True, 4), r"rank must be an int in \[0, 4\), got True"),
         (lambda: Comm(0, 4, tuner=5), "tuner must be callable"),
+        # A progress callback that took no argument failed after 4,096 messages.
+        (lambda: simulate(ring_allreduce, sizes, four, progress=lambda: None),
+         "progress must be callable .* cannot take 1 argument"),
+        (lambda: simulate(ring_allreduce, sizes, four, tuner=lambda collective: None),
+         "tuner must be callable .* cannot take 2 arguments"),
         (lambda: Variation(0, message_delay="normal:1us,0.1us"),
          "message_delay must be a Distribution or None"),
         (lambda: Distribution("normal", "12"), "params must be a tuple of numbers"),

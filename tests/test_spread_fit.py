@@ -32,7 +32,10 @@ def test_the_fit_finds_a_variation_that_spreads_runs_as_the_measured_ones() -> N
     measured = {size: [_run(size, Variation(1000 + k, TRUTH.message_delay,
                                             message_slowdown=TRUTH.message_slowdown))
                        for k in range(80)] for size in SIZES}
-    fit = fit_spread(_run, measured, samples=40, max_trials=150)
+    trials = []
+    fit = fit_spread(_run, measured, samples=40, max_trials=150,
+                     progress=lambda: trials.append(1))
+    assert len(trials) == fit.trials  # one call per trial, as the bar counts them
     for row in fit.sizes:
         assert row.nominal == _run(row.size, Variation(0))
         assert all(abs(error) < 0.12 for error in row.errors()), fit.format()
@@ -58,6 +61,9 @@ def test_measured_runs_are_read_from_bench_json_and_checked(tmp_path: Path) -> N
             read_runs(path)
     with pytest.raises(ValueError, match="need 5 or more measured runs"):
         fit_spread(_run, {8: [1e-3] * 4})
+    for samples in (4, 10_001, 20.0):
+        with pytest.raises(ValueError, match="samples must be an int from 5 to 10000, got"):
+            fit_spread(_run, {8: [1e-3] * 5}, samples=samples)
     with pytest.raises(ValueError, match="no measured sizes"):
         fit_spread(_run, {})
     # A 0 B row was fitted, and printed a +4660% error.
@@ -89,6 +95,10 @@ def test_simcomm_fit_spread_reads_what_bench_samples_write(tmp_path: Path, capsy
     assert len(errors) == 4 and max(map(abs, errors)) < 15
     assert main(["fit-spread", str(runs), "--algorithm", "ring_allreduce", "--samples", "2",
                  *topology]) == 2
-    assert "--samples must be >= 5" in capsys.readouterr().err
+    assert "--samples must be from 5 to 10000, got 2" in capsys.readouterr().err
+    # A typo of a million samples would have run for days without a word.
+    assert main(["fit-spread", str(runs), "--algorithm", "ring_allreduce", "--samples",
+                 "1000000", *topology]) == 2
+    assert "--samples must be from 5 to 10000" in capsys.readouterr().err
     data = json.loads(runs.read_text())
     assert np.isclose(data[0]["time_us"], np.mean(data[0]["spread"]["runs_us"]))
