@@ -222,13 +222,38 @@ def _nccl_options(max_ctas: int | None, timeout: datetime.timedelta) -> Any:
     return options
 
 
+def _check_every_process_agrees(ranks: Sequence[int] | None, channels: Sequence[Hashable],
+                                check: bool, slice_bytes: int, local_size: int | None) -> None:
+    """Refuse drivers that the processes construct with different arguments that must
+    match: each process would make a different number of process groups (and wait in
+    ``new_group`` until its timeout), or cut or check its messages differently from its
+    peers' (a receive of another size than its send). Collective over the default group,
+    as constructing a driver is."""
+    mine = {"ranks": None if ranks is None else sorted(int(rank) for rank in ranks),
+            "channels": [repr(name) for name in channels], "check": check,
+            "slice_bytes": slice_bytes, "local_size": local_size}
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    for rank, theirs in enumerate(every):
+        differ = [key for key in mine if theirs[key] != mine[key]]
+        if differ:
+            raise ValueError(
+                f"Driver: process {dist.get_rank()} and process {rank} construct it with "
+                "different " + ", ".join(
+                    f"{key} ({mine[key]!r} against {theirs[key]!r})" for key in differ)
+                + "; every process must give the same ranks, channels, check, slice_bytes "
+                "and local_size")
+
+
 class Driver:
     """Runs op generators for this process over a group of ranks.
 
     ``ranks`` are global ranks of the default process group (all of them if None); the
     algorithm sees their positions in that list as its ranks. Constructing a driver is
     collective over the default group (see the module doc): every process calls it with
-    the same arguments; a process outside ``ranks`` gets a driver that cannot run. With
+    the same arguments (ranks, channels, check, slice_bytes and local_size are compared, and
+    a difference is refused with ``ValueError`` on every process); a process outside
+    ``ranks`` gets a driver that cannot run. With
     ``check``, every message is checked (see the module doc): a receive of another size or
     dtype than its send raises ``MessageSizeError``, a send whose buffer changed before its
     Wait ``ProtocolError``. ``local_size`` (ranks per node, consecutive) is what
@@ -274,6 +299,7 @@ class Driver:
         if MAIN_CHANNEL in names or len(set(names)) != len(names):
             raise ValueError(f"channels must be distinct and leave out {MAIN_CHANNEL!r}, the "
                              f"main task's, got {names!r}")
+        _check_every_process_agrees(ranks, names, check, slice_bytes, local_size)
         self.timeout = float(timeout)
         self.slice_bytes = slice_bytes
         self.check = check

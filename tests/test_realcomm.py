@@ -557,3 +557,23 @@ def test_a_silent_peer_times_out_naming_it() -> None:
     assert kind == "PeerTimeoutError"
     assert 2.0 <= waited < 5.0
     assert "rank 0 gave up on its Recv from rank 1 on channel 0 (500 x torch.float32)" in text
+
+
+def _mismatched_channels() -> str | None:
+    # Process 1 declares a channel that process 0 does not: each would make a different
+    # number of process groups and wait in torch's new_group until the timeout.
+    channels = ("side",) if dist.get_rank() == 1 else ()
+    try:
+        Driver(channels=channels, timeout=30.0)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def test_drivers_built_with_different_channels_are_refused_at_once() -> None:
+    begin = time.monotonic()
+    results = spawn(_mismatched_channels, 2, timeout=60)
+    assert time.monotonic() - begin < 20  # named, not waited out
+    assert "Driver: process 0 and process 1 construct it with different channels ([] " \
+        "against [\"'side'\"])" in results[0], results[0]
+    assert "process 1 and process 0" in results[1], results[1]
