@@ -33,7 +33,8 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("simcomm.testing needs hypothesis: pip install hypothesis") from error
 
-from algorithms.ops import ReduceOp
+from algorithms.harness.catalog import KINDS
+from algorithms.ops import Comm, ReduceOp
 from algorithms.protocol import AlgorithmError
 from simcomm.engine import Jitter, simulate
 from simcomm.topology import Topology, fully_connected, hierarchical, ring, switch
@@ -242,8 +243,12 @@ def _name(fn: Callable[..., Any]) -> str:
 
 
 def check_case(algorithm: Callable[..., Any], reference: Callable[..., Sequence[Any]],
-               case: Case) -> None:
-    """Simulate ``algorithm`` on ``case`` and compare every rank's result with ``reference``.
+               case: Case, in_place: bool | None = None) -> None:
+    """Simulate ``algorithm`` on ``case`` and compare every rank's result with ``reference``,
+    and with ``in_place`` also the rank's buffer where the result fits it (same length and
+    dtype): a collective leaves its result there (``algorithms.collectives``), and callers
+    such as realcomm's DDP read the buffer. None: as the catalog's collective of
+    ``reference`` does (all but the all-to-all; in place for a reference of one's own).
 
     ``case.op`` and ``case.root`` (where not ``None``) and ``case.params`` go to the algorithm,
     and to the reference where it accepts them. Raises ``AssertionError`` naming the
@@ -251,9 +256,17 @@ def check_case(algorithm: Callable[..., Any], reference: Callable[..., Sequence[
     size mismatch, ...) becomes an ``AssertionError`` with the simulator's message.
     """
     __tracebackhide__ = True  # pytest then shows the failure from the user's test
+    if in_place is None:
+        in_place = all(kind.in_place for kind in KINDS.values() if kind.reference is reference)
     special = {k: v for k, v in (("op", case.op), ("root", case.root)) if v is not None}
+    buffers: dict[int, Any] = {}  # the buffer each rank's algorithm was given
+
+    def given_buffers(comm: Comm, x: Any, **params: Any) -> Any:
+        buffers[comm.rank] = x
+        return (yield from algorithm(comm, x, **params))
+
     try:
-        run = simulate(algorithm, case.inputs, case.topology, record=False,
+        run = simulate(given_buffers, case.inputs, case.topology, record=False,
                        jitter=case.jitter, **special, **case.params)
     except AlgorithmError as error:
         raise AssertionError(f"{_name(algorithm)} failed in the simulator "
@@ -272,10 +285,20 @@ def check_case(algorithm: Callable[..., Any], reference: Callable[..., Sequence[
     for rank, (got, want) in enumerate(zip(run.results, expected)):
         if want is None:
             continue  # the reference defines no result for this rank
-        problem = _compare(got, np.asarray(want))
+        want = np.asarray(want)
+        problem = _compare(got, want)
         if problem:
             raise AssertionError(f"{_name(algorithm)} is wrong on rank {rank}: {problem}\n"
                                  f"  case: {case.describe()}")
+        mine = buffers[rank]
+        if in_place and want.shape == mine.shape and want.dtype == mine.dtype:
+            problem = _compare(mine, want)
+            if problem:
+                raise AssertionError(
+                    f"{_name(algorithm)} returned the right result on rank {rank} but left "
+                    f"its buffer without it (a result that fits the buffer is written in "
+                    f"place): {problem.replace('returned', 'holds', 1)}\n"
+                    f"  case: {case.describe()}")
 
 
 def _compare(got: Any, want: np.ndarray) -> str:
@@ -367,7 +390,8 @@ def check_collective(algorithm: Callable[..., Any], reference: Callable[..., Seq
                      dtypes: st.SearchStrategy[Any] = dtypes(),
                      ops: st.SearchStrategy[ReduceOp] = reduce_ops(),
                      params: Mapping[str, Any] | ParamsStrategy | None = None,
-                     settings: hypothesis.settings | None = None) -> None:
+                     settings: hypothesis.settings | None = None,
+                     in_place: bool | None = None) -> None:
     """Property-test ``algorithm`` against ``reference`` with hypothesis; raise on failure.
 
     Every drawn case (world size, length, dtype, op, root, topology, inputs: see ``Case``) is
@@ -381,6 +405,9 @@ def check_collective(algorithm: Callable[..., Any], reference: Callable[..., Seq
       ``params`` gives one).
     * ``params``: extra keyword arguments for the algorithm, as a mapping, or as a function
       ``(world_size, length) -> strategy of mappings`` for ones that depend on the case.
+    * ``in_place``: whether a rank's buffer must hold its result too where the result fits
+      it (same length and dtype), as ``check_case`` says; None: as the catalog's collective
+      of ``reference`` works (every one but the all-to-all).
     * ``settings``: hypothesis settings (``max_examples``, ...); default: the loaded profile.
       Three are always overridden: the per-example deadline is off, since a case's cost
       grows with its size; so is ``print_blob``, since the test built here cannot be
@@ -412,7 +439,7 @@ def check_collective(algorithm: Callable[..., Any], reference: Callable[..., Seq
     cases = _cases(world_sizes, max_length, dtypes, ops, takes_op, takes_root, params or {})
 
     def run(case: Case) -> None:
-        check_case(algorithm, reference, case)
+        check_case(algorithm, reference, case, in_place)
 
     # hypothesis names the test in its report ("Falsifying example: check_my_allreduce(...)").
     run.__name__ = run.__qualname__ = f"check_{_name(algorithm)}"

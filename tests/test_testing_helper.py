@@ -264,15 +264,35 @@ def float32_staging(comm: Comm, x: Any, op: ReduceOp = SUM) -> Generator[Any, An
     """All-reduces a float32 copy of x: loses float64's, int32's and int64's low bits."""
     work = x.astype(np.float32)
     yield from ring_allreduce(comm, work, op)
-    return work.astype(x.dtype)
+    yield Copy(x, work.astype(x.dtype))
+    return x
+
+
+def reduce_a_copy(comm: Comm, x: Any, op: ReduceOp = SUM) -> Generator[Any, Any, Any]:
+    """All-reduces a copy and returns it: the right result, but x keeps the rank's own
+    values, and a caller that reads x (realcomm's DDP reads its bucket) gets no average."""
+    work = x.copy()
+    yield from ring_allreduce(comm, work, op)
+    return work
 
 
 @pytest.mark.parametrize(("algorithm", "problem"), [
     (max_as_sum_reduce, r"(?s)is wrong on rank \d+: .*op MAX"),
     (short_buffer_shortcut, r"(?s)is wrong on rank \d+: .*length 1,"),
     (float32_staging, r"(?s)is wrong on rank \d+: .*dtype (float64|int32|int64)"),
+    (reduce_a_copy, r"(?s)returned the right result on rank \d+ but left its buffer without "
+                    r"it .*: first wrong index"),
 ])
 def test_mutants_the_drawn_cases_missed_are_caught(algorithm: Any, problem: str) -> None:
     reference = reduce_reference if algorithm is max_as_sum_reduce else allreduce_reference
     with pytest.raises(AssertionError, match=problem):
         check_collective(algorithm, reference, settings=settings(**REPORT_ONE_BUG))
+
+
+def test_in_place_false_checks_the_returned_result_alone() -> None:
+    # As for an all-to-all, whose result is what it received, not its buffer.
+    check_collective(reduce_a_copy, allreduce_reference, in_place=False,
+                     settings=settings(max_examples=5))
+    inputs = [np.arange(4, dtype=np.int64) + rank for rank in range(3)]
+    with pytest.raises(AssertionError, match="left its buffer without it"):
+        check_case(reduce_a_copy, allreduce_reference, Case(inputs, ring(3, 1e9, 1e-6)))

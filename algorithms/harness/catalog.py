@@ -53,12 +53,14 @@ class UserAlgorithmError(ValueError):
 
 @dataclass(frozen=True)
 class Kind:
-    """One of nccl-tests' collectives: whether it reduces, whether it has a root, and the
-    numpy reference of its results."""
+    """One of nccl-tests' collectives: whether it reduces, whether it has a root, the
+    numpy reference of its results, and whether a result that fits the buffer is left in it
+    (``algorithms.collectives``: all but the all-to-all, which returns what it received)."""
 
     reduces: bool
     rooted: bool
     reference: Callable[..., list[Any]]
+    in_place: bool = True
 
 
 # nccl-tests' collectives, by the names of their kinds (all_reduce_perf is "allreduce").
@@ -68,7 +70,7 @@ KINDS: MappingProxyType[str, Kind] = MappingProxyType({
     "allgather": Kind(False, False, reference.all_gather_reference),
     "broadcast": Kind(False, True, reference.broadcast_reference),
     "reduce": Kind(True, True, reference.reduce_reference),
-    "alltoall": Kind(False, False, reference.all_to_all_reference),
+    "alltoall": Kind(False, False, reference.all_to_all_reference, in_place=False),
 })
 
 
