@@ -47,6 +47,26 @@ _MISSED_FINISH = ("the last backward's gradients are not averaged yet: call fini
                   "several backwards, use torch's DDP with allreduce_hook and no_sync)")
 
 
+def _average_in_place(driver: Driver, allreduce: Callable[..., Schedule], tensor: torch.Tensor,
+                     params: dict[str, Any]) -> None:
+    """Average ``tensor`` over the driver's ranks with ``allreduce``, leaving the average in
+    ``tensor``. An all-reduce works in place (``algorithms.collectives``); one that returns
+    its result in another tensor has it copied in, and one that returns something else is
+    refused, naming it (DDP would otherwise step on gradients nobody averaged)."""
+    result = driver.run(allreduce, tensor, op=AVG, check_args=False, **params)
+    if result is tensor:
+        return
+    if not (isinstance(result, torch.Tensor) and result.shape == tensor.shape
+            and result.dtype == tensor.dtype):
+        got = (f"a {tuple(result.shape)} {result.dtype} tensor"
+               if isinstance(result, torch.Tensor) else type(result).__name__)
+        raise ValueError(f"{getattr(allreduce, '__name__', allreduce)!r} returned {got} for a "
+                         f"bucket of {tuple(tensor.shape)} {tensor.dtype}: an all-reduce "
+                         "returns the averaged buffer")
+    if result.data_ptr() != tensor.data_ptr():
+        tensor.copy_(result)
+
+
 class HookState:
     """The state of ``allreduce_hook``: which all-reduce averages DDP's buckets, and the
     driver and comm thread it runs on, made once.
@@ -86,8 +106,7 @@ class HookState:
         def work() -> None:
             try:
                 with torch.no_grad():
-                    self.driver.run(self.allreduce, tensor, op=AVG, check_args=False,
-                                    **self.params)
+                    _average_in_place(self.driver, self.allreduce, tensor, self.params)
                 future.set_result(tensor)
             except BaseException as error:  # DDP raises it where backward waits
                 future.set_exception(error)
@@ -201,8 +220,7 @@ class BucketedAllreduce:
         with torch.no_grad():
             for i, view in zip(members, views):
                 view.copy_(self.ready_order[i].grad.view(-1))
-            self.driver.run(self.allreduce, self._flat[b], op=AVG, check_args=False,
-                            **self.allreduce_params)
+            _average_in_place(self.driver, self.allreduce, self._flat[b], self.allreduce_params)
             for i, view in zip(members, views):
                 self.ready_order[i].grad.copy_(view.view_as(self.ready_order[i]))
 

@@ -3,17 +3,35 @@ DistributedDataParallel gives, step after step, on the same data and seed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from algorithms import alltoall_allreduce, reduce_broadcast_allreduce, ring_allreduce
+from algorithms.collectives import Schedule
+from algorithms.ops import SUM, Alloc, Comm, Copy, ReduceOp
 from realcomm import Driver, spawn
 from realcomm.ddp import BucketedAllreduce
 
 STEPS = 4
 BATCH = 8
+
+
+def ring_allreduce_of_a_copy(comm: Comm, x: Any, op: ReduceOp = SUM) -> Schedule:
+    """The right average, returned in a buffer of its own; the bucket is left as it was
+    (DDP stepped on unaveraged gradients with it)."""
+    work = yield Alloc(len(x), x)
+    yield Copy(work, x)
+    return (yield from ring_allreduce(comm, work, op))
+
+
+def allreduce_returning_nothing(comm: Comm, x: Any, op: ReduceOp = SUM) -> Schedule:
+    work = yield Alloc(len(x), x)
+    yield Copy(work, x)
+    yield from ring_allreduce(comm, work, op)
 
 
 def make_model() -> torch.nn.Module:
@@ -33,7 +51,8 @@ def train_both(allreduce_name: str, bucket_cap: int) -> tuple[float, list[float]
     """Train our DDP and torch's side by side on this rank's batches; return the largest
     parameter difference between them and our final parameters, flattened."""
     allreduce = {"ring": ring_allreduce, "reduce_broadcast": reduce_broadcast_allreduce,
-                 "alltoall": alltoall_allreduce}[allreduce_name]
+                 "alltoall": alltoall_allreduce, "copy": ring_allreduce_of_a_copy,
+                 }[allreduce_name]
     ours, theirs = make_model(), make_model()
     if dist.get_rank() != 0:  # replicas start apart: both must take rank 0's parameters
         with torch.no_grad():
@@ -61,7 +80,8 @@ def train_both(allreduce_name: str, bucket_cap: int) -> tuple[float, list[float]
 
 
 @pytest.mark.parametrize("nprocs, allreduce_name", [(2, "ring"), (4, "ring"),
-                                                    (3, "reduce_broadcast"), (4, "alltoall")])
+                                                    (3, "reduce_broadcast"), (4, "alltoall"),
+                                                    (2, "copy")])
 def test_parameters_equal_torch_ddp(nprocs: int, allreduce_name: str) -> None:
     results = spawn(train_both, nprocs, (allreduce_name, 2048))
     for rank, (difference, _) in enumerate(results):
@@ -82,6 +102,25 @@ def unused_parameter() -> str:
     finally:
         sync.close()
     return "no error"
+
+
+def returns_nothing() -> str:
+    model = torch.nn.Linear(4, 4)
+    sync = BucketedAllreduce(model, Driver(), allreduce=allreduce_returning_nothing)
+    model(torch.ones(2, 4)).sum().backward()
+    try:
+        sync.finish()
+    except ValueError as error:
+        return str(error)
+    finally:
+        sync.close()
+    return "no error"
+
+
+def test_an_allreduce_that_returns_no_average_is_named() -> None:
+    for message in spawn(returns_nothing, 2):
+        assert ("'allreduce_returning_nothing' returned NoneType for a bucket of (20,) "
+                "torch.float32: an all-reduce returns the averaged buffer") in message, message
 
 
 def test_a_parameter_without_gradient_is_reported_not_hung() -> None:
