@@ -809,6 +809,9 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows of OUT/sweep.csv that belong to this grid (from a "
                              "sweep that was stopped) and simulate only the others")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace OUT/sweep.csv's rows (with --resume: those of another "
+                             "grid); without it a sweep refuses to lose rows it holds")
     _add_output_arguments(parser)
     parser.add_argument("--progress", action="store_true",
                         help="draw the progress bar on stderr even when it is not a terminal")
@@ -838,8 +841,16 @@ def sweep(args: argparse.Namespace) -> int:
     type_name = algorithm_config(points[0].algorithm, (points[0].size,), grid.dtype,
                                  points[0].kind).type_name
     wanted = {point_key(point, type_name) for point in points}
-    kept = ([row for row in read_csv(path, allow_empty=True) if row_key(row) in wanted]
-            if args.resume and path.exists() else [])
+    held = read_csv(path, allow_empty=True) if path.exists() and (
+        args.resume or not args.overwrite) else []
+    kept = [row for row in held if row_key(row) in wanted] if args.resume else []
+    lost = len(held) - len(kept)
+    if lost and not args.overwrite:
+        raise ValueError(
+            f"{path} holds {lost} row{'s' * (lost > 1)} "
+            + ("of another grid, which --resume would drop" if args.resume else
+               "already") + ": give --resume to keep this grid's rows, --overwrite to "
+            "replace them, or another --out")
     done = {row_key(row) for row in kept}
     todo = [point for point in points if point_key(point, type_name) not in done]
     # Each row goes to the file as it finishes: a sweep stopped half way keeps what it did,

@@ -329,6 +329,19 @@ def test_rows_reach_the_csv_as_they_finish_and_a_stopped_sweep_resumes(
                          "--out", str(stopped))
     assert status == 0 and f"; 0 kept from {stopped / 'sweep.csv'}" in out.splitlines()[0]
     assert (stopped / "sweep.csv").read_text().splitlines() == whole
+    # A second sweep into the same folder used to replace the rows there as it streamed.
+    again = ["sweep", "--sizes", "1KiB", "--no-plots", "--out", str(stopped)]
+    status, out, err = run(capsys, *again)
+    assert status == 2 and out == ""
+    assert err == (f"simcomm: error: {stopped / 'sweep.csv'} holds 12 rows already: give "
+                   "--resume to keep this grid's rows, --overwrite to replace them, or "
+                   "another --out\n")
+    assert (stopped / "sweep.csv").read_text().splitlines() == whole
+    status, out, err = run(capsys, *again, "--resume")
+    assert status == 2 and "holds 12 rows of another grid, which --resume would drop" in err
+    assert run(capsys, *again, "--resume", "--overwrite")[0] == 0
+    assert len((stopped / "sweep.csv").read_text().splitlines()) == 4  # 3 algorithms
+    assert run(capsys, *again, "--overwrite")[0] == 0
     streamed = []
     rows = run_sweep(Grid(sizes=(1024, 4096)).points(), on_row=streamed.append)
     assert sorted(streamed, key=rows.index) == rows
