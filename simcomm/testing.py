@@ -19,6 +19,7 @@ This module needs hypothesis (``pip install hypothesis``, or the ``test`` extra)
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -261,9 +262,10 @@ def check_case(algorithm: Callable[..., Any], reference: Callable[..., Sequence[
     special = {k: v for k, v in (("op", case.op), ("root", case.root)) if v is not None}
     buffers: dict[int, Any] = {}  # the buffer each rank's algorithm was given
 
+    @functools.wraps(algorithm)
     def given_buffers(comm: Comm, x: Any, **params: Any) -> Any:
         buffers[comm.rank] = x
-        return (yield from algorithm(comm, x, **params))
+        return algorithm(comm, x, **params)
 
     try:
         run = simulate(given_buffers, case.inputs, case.topology, record=False,
