@@ -296,3 +296,11 @@ def test_in_place_false_checks_the_returned_result_alone() -> None:
     inputs = [np.arange(4, dtype=np.int64) + rank for rank in range(3)]
     with pytest.raises(AssertionError, match="left its buffer without it"):
         check_case(reduce_a_copy, allreduce_reference, Case(inputs, ring(3, 1e9, 1e-6)))
+
+
+def test_an_algorithm_that_is_no_generator_function_is_named() -> None:
+    def listing(comm: Comm, x: Any, op: ReduceOp = SUM) -> list[Any]:
+        return [x]
+    inputs = [np.arange(4, dtype=np.int64) for _ in range(2)]
+    with pytest.raises(TypeError, match="'listing' did not return a generator"):
+        check_case(listing, allreduce_reference, Case(inputs, ring(2, 1e9, 1e-6)))
