@@ -19,6 +19,7 @@ Semantics every transport honours:
 from __future__ import annotations
 
 import enum
+import inspect
 import math
 import operator
 from collections.abc import Callable, Generator, Hashable
@@ -80,6 +81,29 @@ def check_root(root: object, size: int) -> int:
     if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < size:
         raise ValueError(f"root must be a rank in [0, {size}), got {root!r}")
     return root
+
+
+# What a tuner is called with and answers (``Comm.tuner``).
+TUNER_SHAPE = "(collective, nbytes) -> Choice"
+
+
+def check_callback(callback: Any, arguments: int, name: str, shape: str) -> None:
+    """Refuse, before the run, a ``callback`` that is not callable or cannot take
+    ``arguments`` positional arguments (it would fail only when first called, deep in the
+    run)."""
+    if callback is None:
+        return
+    if not callable(callback):
+        raise TypeError(f"{name} must be callable {shape}, got {callback!r}")
+    try:
+        signature = inspect.signature(callback)
+    except (TypeError, ValueError):  # a builtin without one: it is called as it is
+        return
+    try:
+        signature.bind(*range(arguments))
+    except TypeError:
+        raise TypeError(f"{name} must be callable {shape}: {callback!r} cannot take "
+                        f"{arguments} argument{'s' if arguments > 1 else ''}") from None
 
 
 def check_divisible(dtype: object) -> None:
@@ -438,8 +462,7 @@ class Comm:
             raise ValueError(f"local_size must be an int >= 1 that divides the world size "
                              f"{self.size}, got {self.local_size!r}")
         if self.tuner is not None and not callable(self.tuner):
-            raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got "
-                            f"{self.tuner!r}")
+            raise TypeError(f"tuner must be callable {TUNER_SHAPE}, got {self.tuner!r}")
 
     @property
     def ranks_per_node(self) -> int:

@@ -87,7 +87,8 @@ import torch.profiler
 from algorithms.buffers import chunk_bounds
 from algorithms.collectives import slowed
 from algorithms.ops import (
-    Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Sleep, Tuner, Wait,
+    TUNER_SHAPE, Alloc, Combine, Comm, Compute, Copy, Divide, Recv, ReduceOp, Send, Sleep, Tuner,
+    Wait, check_callback,
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, Interpreter, MessageSizeError, ProtocolError,
@@ -292,9 +293,7 @@ class Driver:
                 and nccl_channel_ctas >= 1):
             raise ValueError(f"nccl_channel_ctas must be an int >= 1 (or None: NCCL's "
                              f"default), got {nccl_channel_ctas!r}")
-        if tuner is not None and not callable(tuner):
-            raise TypeError(f"tuner must be callable (collective, nbytes) -> Choice, got "
-                            f"{tuner!r}")
+        check_callback(tuner, 2, "tuner", TUNER_SHAPE)
         names = list(channels)
         if MAIN_CHANNEL in names or len(set(names)) != len(names):
             raise ValueError(f"channels must be distinct and leave out {MAIN_CHANNEL!r}, the "

@@ -63,7 +63,6 @@ the data landing on hardware), besides what the landings of earlier receives put
 from __future__ import annotations
 
 import gc
-import inspect
 import math
 import os
 from collections import defaultdict, deque
@@ -78,7 +77,7 @@ import simpy
 
 from algorithms.ops import (
     Alloc, Combine, Comm, Compute, Copy, Divide, Footprint, Launch, Multicast, Protocol, Recv,
-    RecvReduce, ReduceOp, Send, Sleep, Tuner, Wait,
+    RecvReduce, ReduceOp, Send, Sleep, TUNER_SHAPE, Tuner, Wait, check_callback,
 )
 from algorithms.protocol import (
     BLOCKED, MAIN_CHANNEL, DeadlockError, Handle, InFlight, Interpreter, MessageSizeError,
@@ -998,25 +997,6 @@ def _counted_at_collective_level(algorithm: Callable[..., Any], inputs: Sequence
         return None
 
 
-def _check_callback(callback: Any, arguments: int, name: str, shape: str) -> None:
-    """Refuse, before the run, a ``callback`` that is not callable or cannot take
-    ``arguments`` positional arguments (it would fail only when first called, deep in the
-    run)."""
-    if callback is None:
-        return
-    if not callable(callback):
-        raise TypeError(f"{name} must be callable {shape}, got {callback!r}")
-    try:
-        signature = inspect.signature(callback)
-    except (TypeError, ValueError):  # a builtin without one: it is called as it is
-        return
-    try:
-        signature.bind(*range(arguments))
-    except TypeError:
-        raise TypeError(f"{name} must be callable {shape}: {callback!r} cannot take "
-                        f"{arguments} argument{'s' if arguments > 1 else ''}") from None
-
-
 def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Topology, /,
              *, record: bool = True, trace: str | os.PathLike[str] | IO[str] | None = None,
              eager_limit: int | None = None, max_ops: int | None = DEFAULT_MAX_OPS,
@@ -1082,8 +1062,8 @@ def simulate(algorithm: Callable[..., Any], inputs: Sequence[Any], topology: Top
             raise ValueError(f"trace {str(trace)!r}: " + (
                 "is a folder: name a file" if where.is_dir()
                 else f"folder {str(where.parent)!r} does not exist"))
-    _check_callback(progress, 1, "progress", "(messages) -> None")
-    _check_callback(tuner, 2, "tuner", "(collective, nbytes) -> Choice")
+    check_callback(progress, 1, "progress", "(messages) -> None")
+    check_callback(tuner, 2, "tuner", TUNER_SHAPE)
     size_only = all(isinstance(buf, SizeOnly) for buf in inputs)
     asked, level = level, choose_level(level, algorithm, topology.size, size_only)
     message_options = any(option is not None for option in (trace, eager_limit, jitter,
