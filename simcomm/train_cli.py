@@ -49,6 +49,9 @@ from simcomm.units import format_bytes, parse_bytes, parse_flops
 from simcomm.variation import Distribution, Samples, Variation, sample_times
 
 ALLREDUCES = [name for name, c in COLLECTIVES.items() if c.kind == "allreduce"]
+# Seeded samples a command runs at most (a typo of a hundred million would run for days and
+# hold every sample's time in memory).
+MAX_SAMPLES = 1_000_000
 
 
 def add_ddp_parser(commands: argparse._SubParsersAction,
@@ -118,8 +121,8 @@ def add_variation_arguments(parser: argparse.ArgumentParser, training: bool) -> 
 
 def variation_from_args(args: argparse.Namespace) -> Variation | None:
     """The ``Variation`` the flags of ``add_variation_arguments`` ask for, or None."""
-    if args.samples is not None and args.samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    if args.samples is not None and not 1 <= args.samples <= MAX_SAMPLES:
+        raise ValueError(f"--samples must be from 1 to {MAX_SAMPLES:,}, got {args.samples}")
     if args.seed < 0:  # numpy's generators take none
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     for flag, value in (("--histogram", args.histogram), ("--scheduler", args.scheduler)):

@@ -176,7 +176,10 @@ def test_simcomm_ddp_prints_the_spread_of_its_samples(capsys) -> None:
     assert last.startswith("# 4 samples: step median ") and last.endswith("seeds 5 to 8")
     assert main(["ddp", "--model", "resnet50", "--topology", "dgx-h100", "--samples", "0",
                  "--compute-noise", "normal:1,0.1"]) == 2
-    assert "--samples must be >= 1" in capsys.readouterr().err
+    assert "--samples must be from 1 to 1,000,000, got 0" in capsys.readouterr().err
+    assert main(["ddp", "--model", "resnet50", "--topology", "dgx-h100", "--samples",
+                 "100000000", "--compute-noise", "normal:1,0.1"]) == 2
+    assert "--samples must be from 1 to 1,000,000, got 100000000" in capsys.readouterr().err
 
 
 def test_simcomm_bench_samples_give_each_size_its_spread(tmp_path: Path, capsys) -> None:
