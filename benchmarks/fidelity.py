@@ -53,6 +53,9 @@ BANDWIDTH_BOUND = 64 << 20  # bytes: from here, the bandwidth-bound regime
 ALGORITHMS = {"all_reduce_perf": "nccl_allreduce", "reduce_scatter_perf": "nccl_reduce_scatter",
               "all_gather_perf": "nccl_all_gather"}
 # NCCL_ALGO as a table forced it -> the simulator's algorithm parameter.
+# The day NCCL 2.28.3 came out (its tag in NVIDIA/nccl), whose tuner credits NVLS-tree with
+# more of the network beyond two nodes than before.
+NCCL_2_28_3_RELEASED = "2025-09-02"
 FORCED_ALGORITHMS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree"}
 
 
@@ -124,7 +127,28 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
     qps = re.search(r"NCCL_IB_QPS_PER_CONNECTION=(\d+)", settings)
     if qps and count > 1 and int(qps.group(1)) != 1:
         preset += f",qps={qps.group(1)}"
+    # NCCL's tuner weighs NVLS-tree differently from 2.28.3 on, beyond two nodes.
+    version = nccl_version_of(table)
+    if count > 2 and version and make_preset(preset).reducing_switches:
+        preset += f",nccl={version}"
     return preset, ALGORITHMS[program], params
+
+
+def nccl_version_of(table: Table) -> str | None:
+    """The NCCL version a table's run printed (``NCCL 2.26.2``, ``nccl-library=22902``);
+    where none is printed, ``2.27`` for a table dated before 2.28.3 was released
+    (2025-09-02: the newest line whose tuner weighs as that table's did); else None."""
+    software = table.header.get("software", "")
+    printed = re.search(r"NCCL (\d+\.\d+\.\d+)", software)
+    if printed:
+        return printed.group(1)
+    code = re.search(r"nccl-library=(\d)(\d\d)(\d\d)\b", software)
+    if code:
+        return ".".join(str(int(part)) for part in code.groups())
+    dated = re.search(r"\d{4}-\d\d-\d\d", table.header.get("date", ""))
+    if dated and dated.group(0) < NCCL_2_28_3_RELEASED:
+        return "2.27"
+    return None
 
 
 def simulate_sizes(preset: str, algorithm: str, params: dict[str, str], sizes: Sequence[int]

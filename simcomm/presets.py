@@ -194,6 +194,16 @@ NVLS_TREE_EFFICIENCY = 0.78
 # H100 tables of nccl-tests #309 (the 8-node one gives 6.3% at 0.8 and 0.85 alike;
 # benchmarks/published; docs/fidelity.md, "NVLS-tree beyond two nodes").
 NVLS_TREE_NETWORK_EFFICIENCY = 0.8
+# From NCCL 2.28.3 its cost model credits NVLS-tree on more than two nodes with the network's
+# whole rate per channel (``bwInter``; half of it before), up to ``perChMaxNVLSTreeBws``:
+# 45.5 GB/s on Hopper, 80 on Blackwell (NVIDIA/nccl v2.28.3 to v2.30.7, src/graph/tuning.cc).
+# With a channel per NIC, that is what a tuner credits each GPU's NIC with
+# (``Topology.tuner_nvls_tree_bandwidth``). The newest version the presets follow by default
+# is NEWEST_NCCL (a preset's ``nccl=`` picks another).
+NVLS_TREE_WHOLE_NIC = (2, 28, 3)
+HOPPER_NVLS_TREE_CHANNEL = 45.5 * GB
+BLACKWELL_NVLS_TREE_CHANNEL = 80 * GB
+NEWEST_NCCL = "2.30"
 # How many channels NCCL runs NVLS on: Hopper's 16 (algorithms.nvls.NVLS_CHANNELS), 32 on
 # Blackwell (NVLS_NCHANNELS_SM100, NVIDIA/nccl v2.26.2 src/transport/nvls.cc).
 BLACKWELL_NVLS_CHANNELS = 32
@@ -237,6 +247,7 @@ class NodeFigures:
     net_channel: float = math.inf  # a ring's channel to another node, bytes/second
     ring_slice_gap: float = 0.0  # seconds a ring's channel holds a slice under Simple
     nvls_channels: int = NVLS_CHANNELS  # NCCL's NVLS channels (with ``nvls``)
+    nvls_tree_channel: float = 0.0  # NCCL's perChMaxNVLSTreeBw beyond two nodes, bytes/second
 
     def ll_bandwidth(self, nodes: int) -> float:
         """NCCL's llMaxBw on ``nodes`` nodes."""
@@ -298,7 +309,8 @@ DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
                        compute_capability=90, one_node_rings=H100_ONE_NODE_RINGS,
                        net_overhead=INTEL_HOSTS_NET_OVERHEAD,
                        net_channel=NDR_NET_CHANNEL_BANDWIDTH,
-                       ring_slice_gap=H100_RING_SLICE_GAP)
+                       ring_slice_gap=H100_RING_SLICE_GAP,
+                       nvls_tree_channel=HOPPER_NVLS_TREE_CHANNEL)
 DGX_H200 = replace(DGX_H100, hbm=H200_SXM_HBM)
 # DGX B200: eight ConnectX-7 cards for the cluster network, up to 400 Gb/s each (NVIDIA DGX
 # B200 User Guide), so NDR's figure as for DGX H100.
@@ -309,7 +321,8 @@ DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        net_overhead=INTEL_HOSTS_NET_OVERHEAD,
                        net_channel=NDR_NET_CHANNEL_BANDWIDTH,
                        ring_slice_gap=H100_RING_SLICE_GAP,
-                       nvls_channels=BLACKWELL_NVLS_CHANNELS)
+                       nvls_channels=BLACKWELL_NVLS_CHANNELS,
+                       nvls_tree_channel=BLACKWELL_NVLS_TREE_CHANNEL)
 
 
 def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: int,
@@ -323,6 +336,16 @@ def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: in
     return replace(topology, channels=count,
                    ll128_channel_bandwidth=node.ll128_channel * nccls / count,
                    tree_channel_bandwidth=node.tree_channel[min(nodes, 3)] * nccls / count)
+
+
+def nccl_version(text: str) -> tuple[int, int, int]:
+    """An NCCL version as a comparable triple: ``"2.26"`` -> (2, 26, 0), ``"2.29.2"`` ->
+    (2, 29, 2); else a ValueError naming the text."""
+    parts = text.split(".") if isinstance(text, str) else []
+    if not 2 <= len(parts) <= 3 or not all(part.isdigit() and part.isascii() for part in parts):
+        raise ValueError(f"nccl must be a version such as 2.26 or 2.29.2, got {text!r}")
+    major, minor, patch = (int(part) for part in (*parts, "0")[:3])
+    return major, minor, patch
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -437,36 +460,40 @@ def cluster_a100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
 
 def cluster_h100(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
                  nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
-                 nvls_channels: int = 0) -> Topology:
+                 nvls_channels: int = 0, nccl: str = NEWEST_NCCL) -> Topology:
     """DGX H100 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; ``channels`` as for
-    ``cluster_a100``, ``nvls_channels`` as for ``dgx_h100``."""
+    ``cluster_a100``, ``nvls_channels`` as for ``dgx_h100``. ``nccl`` is the NCCL version
+    whose tuner the collectives that choose follow where versions differ: from 2.28.3
+    NCCL's cost model credits NVLS-tree on more than two nodes with more of the network
+    than before (``Topology.tuner_nvls_tree_bandwidth``)."""
     return _cluster("cluster-h100", DGX_H100, nodes, nics, channels, nic_ports, gpus, qps,
-                    nvls_channels)
+                    nvls_channels, nccl)
 
 
 def cluster_h200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
                  nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
-                 nvls_channels: int = 0) -> Topology:
+                 nvls_channels: int = 0, nccl: str = NEWEST_NCCL) -> Topology:
     """DGX H200 nodes, networked as ``cluster-h100``; parameters as for ``cluster_h100``."""
     return _cluster("cluster-h200", DGX_H200, nodes, nics, channels, nic_ports, gpus, qps,
-                    nvls_channels)
+                    nvls_channels, nccl)
 
 
 def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
                  nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
-                 nvls_channels: int = 0) -> Topology:
+                 nvls_channels: int = 0, nccl: str = NEWEST_NCCL) -> Topology:
     """DGX B200 nodes on one network switch: every GPU's 400 Gb/s NIC, or ``nics`` NICs per
     node, each shared by the GPUs of its PCIe switch; parameters as for
     ``cluster_h100``."""
     return _cluster("cluster-b200", DGX_B200, nodes, nics, channels, nic_ports, gpus, qps,
-                    nvls_channels)
+                    nvls_channels, nccl)
 
 
 def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: int,
              nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
-             nvls_channels: int = 0) -> Topology:
+             nvls_channels: int = 0, nccl: str = NEWEST_NCCL) -> Topology:
     _positive_int("nodes", nodes)
+    credited = node.nvls_tree_channel if nccl_version(nccl) >= NVLS_TREE_WHOLE_NIC else 0.0
     nvls_count = _nvls_count(nvls_channels, node)
     _positive_int("nics", nics)
     _positive_int("qps", qps)
@@ -496,11 +523,14 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
         name += f",qps={qps}"
     if nvls_channels:
         name += f",nvls_channels={nvls_channels}"
+    if nccl != NEWEST_NCCL:
+        name += f",nccl={nccl}"
     topo = with_injection(replace(topo, name=name, launch_latency=NCCL_LAUNCH_LATENCY,
                                   ll_bandwidth=node.ll_bandwidth(nodes),
                                   net_overhead=node.net_overhead,
                                   net_channel_bandwidth=node.net_channel * qps,
-                                  ring_slice_gap=node.ring_slice_gap))
+                                  ring_slice_gap=node.ring_slice_gap,
+                                  tuner_nvls_tree_bandwidth=credited))
     topo = _on_channels(topo, channels, node, nodes, min(nics, gpus), nic_ports)
     return with_nvls(topo, nvls_count) if node.nvls and gpus > 1 else topo
 
@@ -578,12 +608,13 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
 @dataclass(frozen=True)
 class Preset:
     """A named topology: its one-line description, its builder and the builder's parameters
-    as ``(name, default)`` pairs (an int default takes ints, a float default numbers)."""
+    as ``(name, default)`` pairs (an int default takes ints, a float default numbers, a
+    string default an NCCL version)."""
 
     name: str
     description: str
     build: Callable[..., Topology]
-    params: tuple[tuple[str, int | float], ...] = ()
+    params: tuple[tuple[str, int | float | str], ...] = ()
 
 
 # The parameters of a DGX preset whose NVSwitch reduces: nvls_channels is
@@ -608,9 +639,11 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "network switch (nodes=2, nics=8: NICs per node, channels=0: NCCL's, "
              "nic_ports=1: ports sharing a NIC's rate, gpus=8: fewer per node take part, "
              "qps=1: NCCL_IB_QPS_PER_CONNECTION"
-             + (", nvls_channels=0: NCCL's)" if nvls else ")"),
+             + (f", nvls_channels=0: NCCL's, nccl={NEWEST_NCCL}: the version whose tuner "
+                "to follow)" if nvls else ")"),
              build, (("nodes", 2), ("nics", GPUS_PER_DGX), ("channels", 0), ("nic_ports", 1),
-                     ("gpus", GPUS_PER_DGX), ("qps", 1)) + (("nvls_channels", 0),) * nvls)
+                     ("gpus", GPUS_PER_DGX), ("qps", 1))
+             + (("nvls_channels", 0), ("nccl", NEWEST_NCCL)) * nvls)
       for gpu, nic, build, nvls in (("h100", 400, cluster_h100, True),
                                     ("a100", 200, cluster_a100, False),
                                     ("h200", 400, cluster_h200, True),
@@ -645,7 +678,7 @@ def make_preset(spec: str) -> Topology:
     if preset is None:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     params = dict(preset.params)
-    kwargs: dict[str, int | float] = {}
+    kwargs: dict[str, int | float | str] = {}
     for item in filter(None, (part.strip() for part in args.split(","))):
         key, eq, text = (s.strip() for s in item.partition("="))
         if not eq:
@@ -662,9 +695,12 @@ def make_preset(spec: str) -> Topology:
         raise ValueError(f"preset {name!r}: {error}") from None
 
 
-def _parse_param(preset: str, key: str, text: str, default: int | float) -> int | float:
+def _parse_param(preset: str, key: str, text: str, default: int | float | str
+                 ) -> int | float | str:
     # Plain figures only: int() and float() would also take 4_0, +2, inf and other digits.
     # A minus sign passes, for the builder's range check to name.
+    if isinstance(default, str):  # a version, which its builder reads (``nccl_version``)
+        return text
     if isinstance(default, int):
         if not re.fullmatch(r"-?[0-9]+", text):
             raise ValueError(f"preset {preset!r}: {key} must be an int, got {text!r} (write "
@@ -747,6 +783,9 @@ def describe(topology: Topology) -> str:
     if topology.ring_slice_gap:
         lines.append(f"a ring's channel per slice under Simple, besides its bytes: "
                      f"{_us(topology.ring_slice_gap)}")
+    if topology.tuner_nvls_tree_bandwidth and topology.node_count > 2:
+        lines.append(f"NVLS-tree's NIC as NCCL's tuner credits it (weighed by the tuner): at "
+                     f"most {_gbps(topology.tuner_nvls_tree_bandwidth)}")
     if topology.reducing_switches:
         lines.append(f"reduce and multicast in switch (NVLS): "
                      f"{' '.join(topology.reducing_switches[:4])}"

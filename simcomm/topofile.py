@@ -40,6 +40,9 @@ Two forms. The explicit form lists nodes and links::
                                      # (optional; default: one per rank of a machine)
     net_overhead = "1us"             # what NCCL's tuner takes a host to spend posting a
                                      # network send (default 0; it weighs choices only)
+    tuner_nvls_tree_bandwidth = "45.5GB/s"  # the most of a NIC NCCL's tuner credits
+                                     # NVLS-tree with beyond two machines (default 0: what
+                                     # it reaches; it weighs choices only)
 
     [defaults]                       # for every link and GPU that does not say otherwise
     bandwidth = "100GB/s"            # per direction
@@ -129,7 +132,7 @@ _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
                  "reducing_switches", "switch_efficiency", "tree_switch_efficiency",
                  "tree_network_efficiency", "switch_latency", "nvls_channels", "channels",
-                 "net_overhead", "ring_slice_gap")
+                 "net_overhead", "ring_slice_gap", "tuner_nvls_tree_bandwidth")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
@@ -336,6 +339,9 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
         machine["net_overhead"] = reader.latency(data["net_overhead"], "net_overhead")
     if "ring_slice_gap" in data:
         machine["ring_slice_gap"] = reader.latency(data["ring_slice_gap"], "ring_slice_gap")
+    if "tuner_nvls_tree_bandwidth" in data:
+        machine["tuner_nvls_tree_bandwidth"] = reader.bandwidth(
+            data["tuner_nvls_tree_bandwidth"], "tuner_nvls_tree_bandwidth")
     return machine
 
 
@@ -650,6 +656,8 @@ def dump_topology(topology: Topology) -> str:
         doc["net_overhead"] = format_latency(topology.net_overhead)
     if topology.ring_slice_gap:
         doc["ring_slice_gap"] = format_latency(topology.ring_slice_gap)
+    if topology.tuner_nvls_tree_bandwidth:
+        doc["tuner_nvls_tree_bandwidth"] = format_bandwidth(topology.tuner_nvls_tree_bandwidth)
     links = topology.links
     reduce_default = _most_common(topology.reduce_bandwidth)
     defaults = {"reduce_bandwidth": format_bandwidth(reduce_default)}

@@ -178,6 +178,11 @@ class Topology:
     tuner takes a host to spend posting each network send (its ``getNetOverhead``): when it
     chooses how to run a call across nodes, it charges every step of a ring within a node
     at least that, three times under Simple. Only a tuner weighs it; messages do not pay it.
+    ``tuner_nvls_tree_bandwidth`` is the most of its NIC's rate at which a tuner weighs
+    each GPU's sends to other nodes under NVLS-tree on more than two nodes, where NCCL's
+    cost model credits more than they reach: from NCCL 2.28.3 the NIC's whole rate, up to a
+    ceiling per channel (0: at the rate they reach, ``tree_network_efficiency`` of it, about
+    what NCCL weighed before 2.28.3). Only a tuner weighs it.
     """
 
     name: str
@@ -203,6 +208,7 @@ class Topology:
     compute_speed: tuple[float, ...] = ()
     channels: int | None = None
     net_overhead: float = 0.0
+    tuner_nvls_tree_bandwidth: float = 0.0
     # Routes found so far, and each node's links out and in: made anew for every instance
     # (``dataclasses.replace`` too), so a copy with other links never sees stale routes.
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
@@ -264,6 +270,10 @@ class Topology:
             if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0):
                 raise ValueError(f"topology {self.name!r}: {key} must be > 0 bytes/second "
                                  f"(inf: no limit), got {rate!r}")
+        rate = self.tuner_nvls_tree_bandwidth
+        if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate >= 0):
+            raise ValueError(f"topology {self.name!r}: tuner_nvls_tree_bandwidth must be >= 0 "
+                             f"bytes/second (0: none), got {rate!r}")
         if not isinstance(self.ll128_enabled, bool):
             raise ValueError(f"topology {self.name!r}: ll128_enabled must be True or False, "
                              f"got {self.ll128_enabled!r}")

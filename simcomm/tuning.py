@@ -33,11 +33,15 @@ messages do not take; it leaves out the ceiling of a ring's channel between node
 (``Topology.net_channel_bandwidth``), which NCCL's model does not have. It weighs
 NVLS-tree as NCCL does too, as its latency plus its bytes at its bandwidth, with no
 pipeline to fill (``ncclTopoGetAlgoTime``, src/graph/tuning.cc, NVIDIA/nccl v2.26.2): here
-the estimate's latencies and pace. Beyond two nodes NCCL gives NVLS-tree half its NICs'
-rate (``bwInter/2``, same file; from v2.28.3 the whole rate), which the pace has in the
-load of the tree on a node's NICs (two slices for every one on two nodes). So the pick is
-NCCL's, which is not always the candidate the estimates (and the message level) find
-fastest.
+the estimate's latencies and pace. Beyond two nodes NCCL before v2.28.3 gives NVLS-tree
+half its NICs' rate (``bwInter/2``), which the pace has in the load of the tree on a
+node's NICs (two slices for every one on two nodes); from v2.28.3 it gives it their whole
+rate up to a ceiling per channel, more than the sends reach, which the tuner weighs where
+the topology says so (``Topology.tuner_nvls_tree_bandwidth``). Across nodes NCCL
+multiplies a Simple ring all-reduce's latency by 1.4 once a channel's share of a rank
+exceeds 64 bytes ("plateau effect of ring", ``ncclTopoGetAlgoTime``), as the weight here
+does. So the pick is NCCL's, which is not always the candidate the estimates (and the
+message level) find fastest.
 
 They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
 the larger of the two terms ignores, so they come out a little low where the two are
@@ -78,6 +82,11 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
 # NVIDIA/nccl v2.26.2).
 _CHANNEL_THREADS = {Protocol.LL: 512, Protocol.LL128: 640, Protocol.SIMPLE: 512}
 _THREAD_BYTES = {Protocol.LL: 8, Protocol.LL128: 8, Protocol.SIMPLE: 64}
+
+# What NCCL's tuner multiplies a Simple ring all-reduce's latency by across nodes, from 64
+# bytes of a channel's share of a rank (1.9 before compute capability 8.0, which no preset
+# has; ``ncclTopoGetAlgoTime``, src/graph/tuning.cc, NVIDIA/nccl v2.18.3 to v2.30.7).
+RING_PLATEAU = 1.4
 
 
 def call_channels(choice: Choice, nbytes: int, ranks: int) -> Choice:
@@ -137,7 +146,7 @@ class ModelTuner:
         self._choices: dict[tuple[str, int], Choice] = {}
         self._shapes: dict[tuple[str, int, Protocol], _Shape] = {}
         self._trees_of_nodes: dict[int, tuple[int, float]] = {}
-        self._pace: dict[bool, float] = {}
+        self._pace: dict[tuple[bool, bool], float] = {}
 
     def __call__(self, collective: str, nbytes: int) -> Choice:
         key = (collective, nbytes)
@@ -216,22 +225,25 @@ class ModelTuner:
 
     def _weigh(self, collective: str, choice: Choice, nbytes: int, seconds: float) -> float:
         """What NCCL's tuner makes of ``choice``, estimated at ``seconds`` (see the module
-        doc): a ring's launch, its steps' latencies with NCCL's charge for posting network
-        sends (``_net_overhead``), and its bytes on the busiest link (as NCCL, with no
-        ceiling per channel between nodes), added up; NVLS-tree its launch, its latencies
-        and its bytes at its pace, with no pipeline to fill; any other choice its
-        estimate."""
+        doc): a ring's launch and its steps' latencies with NCCL's charge for posting network
+        sends (``_net_overhead``), times ``RING_PLATEAU`` where NCCL applies it, plus its
+        bytes on the busiest link (as NCCL, with no ceiling per channel between nodes);
+        NVLS-tree its launch, its latencies and its bytes at the pace NCCL credits it with
+        (``in_switch_pace``), with no pipeline to fill; any other choice its estimate."""
         p = self.topology.size
         if choice.algorithm == "nvls_tree":
             return (self.topology.launch_latency.of(choice.protocol, choice.algorithm)
-                    + self._nvls_tree(choice.channels, nbytes, filled=False))
+                    + self._nvls_tree(choice.channels, nbytes, filled=False, credited=True))
         if choice.algorithm != "ring" or p == 1:
             return seconds
         steps, shape = self._ring_steps(collective, choice)
         chunk = nbytes / (choice.channels * p)
-        return (self.topology.launch_latency.of(choice.protocol, "ring")
-                + float((shape.latency + shape.posting).max()) * steps / p
-                + steps * chunk * shape.busiest_for_nccl)
+        latency = (self.topology.launch_latency.of(choice.protocol, "ring")
+                   + float((shape.latency + shape.posting).max()) * steps / p)
+        if (collective == "allreduce" and choice.protocol is Protocol.SIMPLE
+                and not self._one_node() and chunk >= 64):
+            latency *= RING_PLATEAU
+        return latency + steps * chunk * shape.busiest_for_nccl
 
     def _ring_steps(self, collective: str, choice: Choice) -> tuple[int, _Shape]:
         """How many steps the rings of ``choice`` take for ``collective``, and their shape."""
@@ -343,13 +355,15 @@ class ModelTuner:
         fill = pipeline_fill_bytes(nbytes, chunk, channels, p, False, one_way=True)
         return step + (nbytes + fill + nbytes / chunks / p) / rate
 
-    def in_switch_pace(self, tree: bool = False) -> float:
+    def in_switch_pace(self, tree: bool = False, credited: bool = False) -> float:
         """Bytes of the buffer per second that each GPU's NVLS or (``tree``) NVLS-tree
         all-reduce moves once its pipeline is full: the pace of the busier of the GPU's way
         to its switch (the buffer and a slice each way) and, across nodes, its NIC (its
         slice once per tree edge at its node, half the buffer on each tree), at
-        ``Topology.tree_network_share`` of the NIC's rate (cached)."""
-        key = tree
+        ``Topology.tree_network_share`` of the NIC's rate; if ``credited``, at the rate
+        NCCL's tuner credits it with where the topology gives one
+        (``Topology.tuner_nvls_tree_bandwidth``, on more than two nodes) (cached)."""
+        key = (tree, credited)
         if key not in self._pace:
             topology = self.topology
             per_node, nodes = topology.ranks_per_node, topology.node_count
@@ -357,9 +371,11 @@ class ModelTuner:
             if per_node > 1:
                 intra = (per_node + 1) / per_node / topology.switch_rate(0, tree)
             if nodes > 1:
-                way = [topology.links[i] for i in topology.route(0, per_node)]
-                cross = self._node_trees(nodes)[1] / per_node / (
-                    topology.tree_network_share() * min(link.bandwidth for link in way))
+                way = min(topology.links[i].bandwidth for i in topology.route(0, per_node))
+                rate = topology.tree_network_share() * way
+                if credited and nodes > 2 and topology.tuner_nvls_tree_bandwidth:
+                    rate = min(way, topology.tuner_nvls_tree_bandwidth)
+                cross = self._node_trees(nodes)[1] / per_node / rate
             slowest = max(intra, cross)  # 0: one GPU alone, nothing crosses a link
             self._pace[key] = 1 / slowest if slowest else math.inf
         return self._pace[key]
@@ -375,11 +391,12 @@ class ModelTuner:
         return (2 * self._rings(within, per_node, per_node - 1, nbytes / per_node)
                 + self._rings(across, nodes, 2 * (nodes - 1), nbytes / per_node / nodes))
 
-    def _nvls_tree(self, channels: int, nbytes: int, filled: bool = True) -> float:
+    def _nvls_tree(self, channels: int, nbytes: int, filled: bool = True,
+                   credited: bool = False) -> float:
         """Seconds for NVLS-tree (``algorithms.nvls.nvls_tree_allreduce``): a chunk's way
         into each node's switch and back, and up and down the deepest tree of the nodes;
-        then the buffer at the in-switch pace (``in_switch_pace``), and if ``filled`` a
-        chunk more and the pipeline's fill."""
+        then the buffer at the in-switch pace (``in_switch_pace``, ``credited`` as there),
+        and if ``filled`` a chunk more and the pipeline's fill."""
         topology = self.topology
         per_node, nodes = topology.ranks_per_node, topology.node_count
         depth = self._node_trees(nodes)[0]
@@ -395,7 +412,8 @@ class ModelTuner:
             extra = nbytes / (chunks * per_node)
             if topology.reducing_switches:
                 extra += pipeline_fill_bytes(nbytes, chunk, channels, per_node, False)
-        return 2 * step + 2 * depth * hop + (nbytes + extra) / self.in_switch_pace(True)
+        return (2 * step + 2 * depth * hop
+                + (nbytes + extra) / self.in_switch_pace(True, credited))
 
     def _node_trees(self, nodes: int) -> tuple[int, float]:
         """The double binary tree over ``nodes`` nodes: its deepest node's depth, and the

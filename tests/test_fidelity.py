@@ -52,8 +52,14 @@ def test_every_published_table_reads_with_its_source(path) -> None:
      ("cluster-h200:nodes=2,qps=2", "nccl_allreduce", {})),
     ("a100-2nodes-default-ocioke",  # 4 queue pairs a connection
      ("cluster-a100:nodes=2,nic_ports=2,qps=4", "nccl_allreduce", {})),
-    ("h100-8nodes-default-tuned-nccltests309gj",  # NCCL_MIN_CTAS=24 (NVLS too), 2 queue pairs
-     ("cluster-h100:nodes=8,channels=24,nvls_channels=24,qps=2", "nccl_allreduce", {})),
+    ("h100-8nodes-default-tuned-nccltests309gj",  # NCCL_MIN_CTAS=24 (NVLS too), 2 queue pairs;
+     # no version printed, posted before NCCL 2.28.3 came out
+     ("cluster-h100:nodes=8,channels=24,nvls_channels=24,qps=2,nccl=2.27", "nccl_allreduce",
+      {})),
+    ("h100-4nodes-default-nccltests309",  # NCCL 2.26.2 printed
+     ("cluster-h100:nodes=4,nccl=2.26.2", "nccl_allreduce", {})),
+    ("h100-10nodes-default-allreduce-ncclcluster",  # nccl-library=22902
+     ("cluster-h100:nodes=10,nccl=2.29.2", "nccl_allreduce", {})),
     ("h100-1node-ring-allreduce-togethernccl",  # NCCL_ALGO=RING
      ("dgx-h100", "nccl_allreduce", {"algorithm": "ring"})),
     ("h100-1node-ring-allgather-togethernccl",  # NCCL_ALGO=RING
@@ -68,7 +74,7 @@ def test_every_published_table_reads_with_its_source(path) -> None:
     ("a100-1node-default-superbench", ("dgx-a100", "nccl_allreduce", {})),
     ("a100-1node-default-gcm", ("dgx-a100", "nccl_allreduce", {})),
     ("h100-10nodes-4gpu-default-allgather-ncclcluster",
-     ("cluster-h100:nodes=10,gpus=4", "nccl_all_gather", {})),
+     ("cluster-h100:nodes=10,gpus=4,nccl=2.29.2", "nccl_all_gather", {})),
     ("h100-10nodes-1gpu-default-allreduce-ncclcluster",
      ("cluster-h100:nodes=10,gpus=1", "nccl_allreduce", {})),
 ])

@@ -251,7 +251,7 @@ def test_fattree_uplinks_follow_the_oversubscription():
     ("dgx-b200:nvls_channels=-1", "nvls_channels must be an int from 0 to 64 (0: NCCL's 32)"),
     ("dgx-h100:gpus=9", "gpus must be at most 8, got 9"),
     ("cluster-h100:fans=4", "has no parameter 'fans' (it takes: nodes, nics, channels, "
-                            "nic_ports, gpus, qps, nvls_channels)"),
+                            "nic_ports, gpus, qps, nvls_channels, nccl)"),
     ("cluster-h100:qps=0", "qps must be an int >= 1"),
     ("cluster-h100:gpus=0", "gpus must be an int >= 1"),
     ("cluster-h100:gpus=16", "gpus must be at most 8, got 16"),

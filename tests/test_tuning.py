@@ -96,13 +96,15 @@ def test_the_choice_is_within_a_few_percent_of_the_fastest_candidate(preset) -> 
 def test_nccls_charge_for_posting_network_sends_keeps_amd_hosts_on_ll128_longer() -> None:
     # Across nodes NCCL charges a ring's every step within a node at least the host's time
     # to post a network send, 2 us on the AMD hosts of DGX A100 (three times under
-    # Simple), so it keeps the ring under LL128 to 64 MiB on two such nodes, as their
-    # published times say (docs/fidelity.md); without the charge Simple takes 64 MiB.
+    # Simple), so it keeps the ring's all-gather under LL128 to 64 MiB on two such nodes;
+    # without the charge Simple takes 64 MiB. The all-reduce keeps LL128 to 64 MiB, as
+    # the published times say (docs/fidelity.md), with its plateau as well.
     topology = make_preset("cluster-a100:nodes=2")
     assert topology.net_overhead == pytest.approx(2e-6)
     uncharged = replace(topology, net_overhead=0.0)
+    assert ModelTuner(topology)("allgather", 64 << 20) == Choice("ring", Protocol.LL128, 16)
+    assert ModelTuner(uncharged)("allgather", 64 << 20) == Choice("ring", Protocol.SIMPLE, 16)
     assert ModelTuner(topology)("allreduce", 64 << 20) == Choice("ring", Protocol.LL128, 16)
-    assert ModelTuner(uncharged)("allreduce", 64 << 20) == Choice("ring", Protocol.SIMPLE, 16)
     assert ModelTuner(topology)("allreduce", 256 << 20).protocol is Protocol.SIMPLE
     # Only the choice pays it: a ring forced under LL takes as long either way.
     x = [SizeOnly(2, np.float32)] * topology.size
@@ -125,13 +127,45 @@ def test_nvls_tree_is_weighed_as_nccl_weighs_it() -> None:
     # NCCL v2.26.2 weighs NVLS-tree as its latency plus its bytes at its bandwidth, no fill
     # (src/graph/tuning.cc). On four H100 nodes its model takes NVLS-tree from a few MiB
     # to 128 MiB (160 GB/s against the ring's 198 under Simple), the ring from 256 MiB;
-    # both published 4-node tables of nccl-tests #309 run near NVLS-tree's times there.
-    tuner = ModelTuner(make_preset("cluster-h100:nodes=4"))
+    # both published 4-node tables of nccl-tests #309 (NCCL 2.26.2 and, by its date, 2.27
+    # or older) run near NVLS-tree's times there.
+    tuner = ModelTuner(make_preset("cluster-h100:nodes=4,nccl=2.26.2"))
     nvls_tree = Choice("nvls_tree", Protocol.SIMPLE, 16)
     for nbytes in (4 << 20, 32 << 20, 128 << 20):
         assert tuner("allreduce", nbytes) == nvls_tree
     assert tuner("allreduce", 256 << 20) == Choice("ring", Protocol.SIMPLE, 16)
     assert tuner("allreduce", 64 << 10).algorithm == "tree"
+
+
+def test_from_nccl_2_28_3_nvls_tree_is_credited_with_the_whole_nic_beyond_two_nodes() -> None:
+    # NCCL 2.29.2 on ten H100 nodes (the published 10-node tables) ran NVLS-tree to 2 GiB
+    # and the ring from 4 GiB: from 4 GiB its all-reduce takes the time of its
+    # reduce-scatter and all-gather together (27023 us against 13502 + 13541), at 512 MiB
+    # to 2 GiB 8% to 32% less, which no ring does. Its model credits NVLS-tree with each
+    # NIC's whole rate up to 45.5 GB/s a channel there; v2.26.2's with half of it.
+    nvls_tree = Choice("nvls_tree", Protocol.SIMPLE, 16)
+    ring = Choice("ring", Protocol.SIMPLE, 16)
+    newer = make_preset("cluster-h100:nodes=10")
+    assert newer.tuner_nvls_tree_bandwidth == pytest.approx(45.5e9)
+    tuner = ModelTuner(newer)
+    assert [tuner("allreduce", n << 20) for n in (32, 512, 1024, 2048, 4096)] == [
+        nvls_tree] * 4 + [ring]
+    older = ModelTuner(make_preset("cluster-h100:nodes=10,nccl=2.26.2"))
+    assert older("allreduce", 1 << 30) == ring
+    # On two nodes every version weighs NVLS-tree alike; the credit is a tuner's alone.
+    assert (ModelTuner(make_preset("cluster-h100:nodes=2"))("allreduce", 4 << 30)
+            == ModelTuner(make_preset("cluster-h100:nodes=2,nccl=2.26"))("allreduce", 4 << 30))
+    assert (ModelTuner(newer).estimate("allreduce", nvls_tree, 1 << 30)
+            == older.estimate("allreduce", nvls_tree, 1 << 30))
+
+
+def test_a_simple_ring_all_reduce_across_nodes_is_weighed_with_nccls_plateau() -> None:
+    # NCCL multiplies that latency by 1.4 (ncclTopoGetAlgoTime): on ten H100 nodes under
+    # NCCL 2.26's credit it takes NVLS-tree at 512 MiB (ring 3516 us x 1.4 on latency
+    # against NVLS-tree's 3632), the ring without it.
+    tuner = ModelTuner(make_preset("cluster-h100:nodes=10,nccl=2.26.2"))
+    assert tuner("allreduce", 512 << 20).algorithm == "nvls_tree"
+    assert tuner("allreduce", 1 << 30).algorithm == "ring"
 
 
 @pytest.mark.parametrize("name", ["nccl_allreduce", "nccl_reduce_scatter", "nccl_all_gather"])
