@@ -30,7 +30,9 @@ Cost model (alpha-beta with contention):
   peer, at ``Topology.tree_channel_bandwidth``; after a ``Launch`` of a ring (or of the
   hierarchical all-reduce, whose rings span nodes), a message to a peer on another node
   crosses a pipe of its channel's connection to that peer, at
-  ``Topology.net_channel_bandwidth``; after a ``Launch`` of NVLS-tree, a message to
+  ``Topology.net_channel_bandwidth``, and under Simple one more, which holds each message
+  ``Topology.net_message_gap`` besides its bytes at ``Topology.net_message_bandwidth``;
+  after a ``Launch`` of NVLS-tree, a message to
   another node crosses a pipe of its sender's, shared by all its channels, at
   ``Topology.tree_network_share`` of its way's slowest link; and under Simple its
   channel's pipe holds it ``Topology.ring_slice_gap`` longer than its bytes take.
@@ -255,7 +257,8 @@ class _Simulation(Interpreter):
                       or math.isfinite(topology.tree_channel_bandwidth)
                       or math.isfinite(topology.net_channel_bandwidth)
                       or topology.tree_network_share() < 1
-                      or topology.ring_slice_gap > 0)
+                      or topology.ring_slice_gap > 0 or topology.net_message_gap > 0
+                      or math.isfinite(topology.net_message_bandwidth))
         self.share = [1] * self.size  # channels of each rank's latest Launch
         self.ranks_per_node = topology.ranks_per_node
         self.piped_routes: dict[tuple[int, int, Hashable, int, Protocol], Route] = {}
@@ -408,7 +411,8 @@ class _Simulation(Interpreter):
                       route: Route) -> Route:
         # One pipe per (rank, channel), whatever the peer and the protocol; on NCCL's tree
         # under Simple another per peer besides, at the tree's own ceiling, and on a ring
-        # another per peer on another node, at the network's ceiling per channel; under
+        # another per peer on another node, at the network's ceiling per channel (under
+        # Simple a third, which holds each message a gap besides its bytes); under
         # NVLS-tree one per rank for its sends to other nodes, at the tree's share of its
         # way; under Simple a ring's channel holds each slice a gap longer.
         share = self.share[src]
@@ -424,6 +428,10 @@ class _Simulation(Interpreter):
             elif piped_routes is self.ring_piped_routes and crosses:
                 piped = self._piped(piped, (src, channel, dst, "net"),
                                     self.topology.net_channel_bandwidth)
+                if protocol is _SIMPLE:
+                    piped = self._piped(piped, (src, channel, dst, "net message"),
+                                        self.topology.net_message_bandwidth,
+                                        self.topology.net_message_gap)
             elif (piped_routes is self.nvls_tree_piped_routes and crosses
                   and self.topology.tree_network_share() < 1):
                 slowest = min(self.links[i].bandwidth for i, *_ in route)

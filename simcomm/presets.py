@@ -160,6 +160,19 @@ B200_TREE_CHANNEL_BANDWIDTH = {1: 70.0 / 4 * GB, 2: 42.8 / 4 * GB, 3: 24.0 / 4 *
 # fast (the presets' ``qps``). NCCL's cost model has no such ceiling. A 200 Gb/s NIC needs
 # only 12 GB/s a channel, and no A100 table shows one, so theirs is left open.
 NDR_NET_CHANNEL_BANDWIDTH = 20.2 * GB
+# Below that ceiling a ring's steps between nodes under Simple take longer than their bytes
+# and latency: about 22 us a step at 256 MiB on ten nodes, 8.6 us at 32 MiB (the 10-node
+# all-gather and reduce-scatter; 10 us at 32 MiB on Voltage Park's four nodes). The model
+# has each message a ring channel sends to another node under Simple hold that connection
+# for its bytes at the NIC's share per channel (two channels a NIC at NCCL's defaults) plus
+# a fixed time, the time that makes NCCL's largest slice (1 MiB, half of
+# ``algorithms.nccl.RING_CHUNK_BYTES``) take the ceiling's: 1 MiB / 20.2 GB/s - 1 MiB / 24
+# GB/s = 8.2 us. So the ceiling is what a full slice reaches, and smaller slices pay more
+# for their bytes. Fitted, not published; NCCL's network proxy handling a connection's
+# steps one at a time would give such a cost (docs/fidelity.md, "A gap per Simple message
+# between nodes").
+NDR_NET_MESSAGE_BANDWIDTH = NDR_NIC_DATA / 2
+NDR_NET_MESSAGE_GAP = microseconds(8.2)
 # How long a ring's channel holds each slice it sends under Simple, on top of its bytes
 # (``Topology.ring_slice_gap``), by GPU generation: fitted to the one-node tables that run
 # NCCL's ring under Simple (benchmarks/published; docs/fidelity.md, "A ring's slices under
@@ -190,16 +203,18 @@ NVLS_SWITCH_LATENCY = microseconds((25.0 - 8.4 - 2 * 3.4) / 2)
 # docs/fidelity.md, "NVLS-tree's pace"); DGX B200, whose NICs set its pace there, borrows it.
 NVLS_TREE_EFFICIENCY = 0.78
 # On more than two nodes NVLS-tree's sends between nodes reach less than their NICs' rate
-# (``Topology.tree_network_efficiency``): no figure is published; fitted to the two 4-node
-# H100 tables of nccl-tests #309 (the 8-node one gives 6.3% at 0.8 and 0.85 alike;
-# benchmarks/published; docs/fidelity.md, "NVLS-tree beyond two nodes").
-NVLS_TREE_NETWORK_EFFICIENCY = 0.8
-# From NCCL 2.28.3 its cost model credits NVLS-tree on more than two nodes with the network's
-# whole rate per channel (``bwInter``; half of it before), up to ``perChMaxNVLSTreeBws``:
-# 45.5 GB/s on Hopper, 80 on Blackwell (NVIDIA/nccl v2.28.3 to v2.30.7, src/graph/tuning.cc).
-# With a channel per NIC, that is what a tuner credits each GPU's NIC with
-# (``Topology.tuner_nvls_tree_bandwidth``). The newest version the presets follow by default
-# is NEWEST_NCCL (a preset's ``nccl=`` picks another).
+# (``Topology.tree_network_efficiency``): no figure is published; fitted to the six H100
+# all-reduce tables of four to ten nodes (median error over their 94 rows: 0.8 8.0%, 0.85
+# 6.6%, 0.9 7.1%; benchmarks/published; docs/fidelity.md, "NCCL's tuner by version").
+NVLS_TREE_NETWORK_EFFICIENCY = 0.85
+# What NCCL's cost model credits NVLS-tree's sends between nodes with on more than two nodes
+# (``Topology.tuner_nvls_tree_bandwidth``), a channel per NIC: before 2.28.3 half the
+# network's rate per channel (``bwInter/2``), times its NVLS ratio of 5/6 (NVIDIA/nccl
+# v2.26.2 src/graph/tuning.cc), which with the tree's load of two slices on a node's NICs is
+# 5/6 of the NIC; from 2.28.3 the whole rate (``bwInter``) up to ``perChMaxNVLSTreeBws``,
+# 45.5 GB/s on Hopper and 80 on Blackwell, with the bytes counted as for the ring
+# (v2.28.3 to v2.30.7, same file): the NIC up to that ceiling. The newest version the
+# presets follow by default is NEWEST_NCCL (a preset's ``nccl=`` picks another).
 NVLS_TREE_WHOLE_NIC = (2, 28, 3)
 HOPPER_NVLS_TREE_CHANNEL = 45.5 * GB
 BLACKWELL_NVLS_TREE_CHANNEL = 80 * GB
@@ -245,6 +260,8 @@ class NodeFigures:
     one_node_rings: tuple[int, float]  # rings NCCL's search finds on one node, their speed
     net_overhead: float  # NCCL's getNetOverhead for the hosts' CPUs, seconds
     net_channel: float = math.inf  # a ring's channel to another node, bytes/second
+    net_message: tuple[float, float] = (0.0, math.inf)  # its gap (seconds) and rate per
+    # message under Simple
     ring_slice_gap: float = 0.0  # seconds a ring's channel holds a slice under Simple
     nvls_channels: int = NVLS_CHANNELS  # NCCL's NVLS channels (with ``nvls``)
     nvls_tree_channel: float = 0.0  # NCCL's perChMaxNVLSTreeBw beyond two nodes, bytes/second
@@ -309,6 +326,7 @@ DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
                        compute_capability=90, one_node_rings=H100_ONE_NODE_RINGS,
                        net_overhead=INTEL_HOSTS_NET_OVERHEAD,
                        net_channel=NDR_NET_CHANNEL_BANDWIDTH,
+                       net_message=(NDR_NET_MESSAGE_GAP, NDR_NET_MESSAGE_BANDWIDTH),
                        ring_slice_gap=H100_RING_SLICE_GAP,
                        nvls_tree_channel=HOPPER_NVLS_TREE_CHANNEL)
 DGX_H200 = replace(DGX_H100, hbm=H200_SXM_HBM)
@@ -320,6 +338,7 @@ DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        compute_capability=100, one_node_rings=B200_ONE_NODE_RINGS,
                        net_overhead=INTEL_HOSTS_NET_OVERHEAD,
                        net_channel=NDR_NET_CHANNEL_BANDWIDTH,
+                       net_message=(NDR_NET_MESSAGE_GAP, NDR_NET_MESSAGE_BANDWIDTH),
                        ring_slice_gap=H100_RING_SLICE_GAP,
                        nvls_channels=BLACKWELL_NVLS_CHANNELS,
                        nvls_tree_channel=BLACKWELL_NVLS_TREE_CHANNEL)
@@ -493,7 +512,8 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
              nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
              nvls_channels: int = 0, nccl: str = NEWEST_NCCL) -> Topology:
     _positive_int("nodes", nodes)
-    credited = node.nvls_tree_channel if nccl_version(nccl) >= NVLS_TREE_WHOLE_NIC else 0.0
+    credited = (min(node.nic, node.nvls_tree_channel)
+                if nccl_version(nccl) >= NVLS_TREE_WHOLE_NIC else NVLS_EFFICIENCY * node.nic)
     nvls_count = _nvls_count(nvls_channels, node)
     _positive_int("nics", nics)
     _positive_int("qps", qps)
@@ -529,6 +549,8 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
                                   ll_bandwidth=node.ll_bandwidth(nodes),
                                   net_overhead=node.net_overhead,
                                   net_channel_bandwidth=node.net_channel * qps,
+                                  net_message_gap=node.net_message[0] / qps,
+                                  net_message_bandwidth=node.net_message[1] * qps,
                                   ring_slice_gap=node.ring_slice_gap,
                                   tuner_nvls_tree_bandwidth=credited))
     topo = _on_channels(topo, channels, node, nodes, min(nics, gpus), nic_ports)
@@ -599,6 +621,7 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
         name, tuple(names), tuple(links), tuple(gpus), (dgx.hbm,) * len(gpus),
         GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes),
         net_overhead=dgx.net_overhead, net_channel_bandwidth=dgx.net_channel,
+        net_message_gap=dgx.net_message[0], net_message_bandwidth=dgx.net_message[1],
         ring_slice_gap=dgx.ring_slice_gap))
     return with_nvls(_on_channels(topo, 0, dgx, nodes, GPUS_PER_DGX), dgx.nvls_channels)
 
@@ -783,6 +806,10 @@ def describe(topology: Topology) -> str:
     if topology.ring_slice_gap:
         lines.append(f"a ring's channel per slice under Simple, besides its bytes: "
                      f"{_us(topology.ring_slice_gap)}")
+    if topology.net_message_gap and topology.node_count > 1:
+        lines.append(f"a ring's channel per message to another node under Simple: "
+                     f"{_us(topology.net_message_gap)} besides its bytes at "
+                     f"{_gbps(topology.net_message_bandwidth)}")
     if topology.tuner_nvls_tree_bandwidth and topology.node_count > 2:
         lines.append(f"NVLS-tree's NIC as NCCL's tuner credits it (weighed by the tuner): at "
                      f"most {_gbps(topology.tuner_nvls_tree_bandwidth)}")

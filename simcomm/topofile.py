@@ -27,12 +27,15 @@ Two forms. The explicit form lists nodes and links::
                                      # (optional; default: no limit)
     ring_slice_gap = "2us"           # how long a ring's channel holds each slice it sends
                                      # under Simple besides its bytes (default 0)
+    net_message_gap = "8.2us"        # how long each message a ring's channel sends to
+    net_message_bandwidth = "24GB/s" # another machine under Simple holds that connection
+                                     # besides its bytes at this rate (default 0, no limit)
     ll128_enabled = false            # whether NCCL weighs LL128 unless told (default true;
                                      # NCCL: only where a node's GPUs talk over NVLink)
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
     switch_efficiency = 0.8333       # their share of a link's bandwidth (default 1)
     tree_switch_efficiency = 0.78    # the same under NVLS-tree (default: as above)
-    tree_network_efficiency = 0.8    # NVLS-tree's share of a NIC beyond two nodes
+    tree_network_efficiency = 0.85   # NVLS-tree's share of a NIC beyond two nodes
                                      # (default 1)
     nvls_channels = 16               # how many channels NCCL runs NVLS on (default 16)
     switch_latency = "4.9us"         # what each in-switch op waits there (default 0)
@@ -128,11 +131,12 @@ _TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
                      "tree_launch_latency_ll128")
 # Keys of what the machine does besides its links, in both forms.
 _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
-              "tree_channel_bandwidth", "net_channel_bandwidth")
+              "tree_channel_bandwidth", "net_channel_bandwidth", "net_message_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
                  "reducing_switches", "switch_efficiency", "tree_switch_efficiency",
                  "tree_network_efficiency", "switch_latency", "nvls_channels", "channels",
-                 "net_overhead", "ring_slice_gap", "tuner_nvls_tree_bandwidth")
+                 "net_overhead", "ring_slice_gap", "net_message_gap",
+                 "tuner_nvls_tree_bandwidth")
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
@@ -337,8 +341,9 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
             machine[key] = reader.count(data[key], key)
     if "net_overhead" in data:
         machine["net_overhead"] = reader.latency(data["net_overhead"], "net_overhead")
-    if "ring_slice_gap" in data:
-        machine["ring_slice_gap"] = reader.latency(data["ring_slice_gap"], "ring_slice_gap")
+    for key in ("ring_slice_gap", "net_message_gap"):
+        if key in data:
+            machine[key] = reader.latency(data[key], key)
     if "tuner_nvls_tree_bandwidth" in data:
         machine["tuner_nvls_tree_bandwidth"] = reader.bandwidth(
             data["tuner_nvls_tree_bandwidth"], "tuner_nvls_tree_bandwidth")
@@ -654,8 +659,9 @@ def dump_topology(topology: Topology) -> str:
         doc["channels"] = topology.channels
     if topology.net_overhead:
         doc["net_overhead"] = format_latency(topology.net_overhead)
-    if topology.ring_slice_gap:
-        doc["ring_slice_gap"] = format_latency(topology.ring_slice_gap)
+    for key in ("ring_slice_gap", "net_message_gap"):
+        if getattr(topology, key):
+            doc[key] = format_latency(getattr(topology, key))
     if topology.tuner_nvls_tree_bandwidth:
         doc["tuner_nvls_tree_bandwidth"] = format_bandwidth(topology.tuner_nvls_tree_bandwidth)
     links = topology.links

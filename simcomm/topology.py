@@ -156,6 +156,10 @@ class Topology:
     it sends under Simple on top of its bytes: NCCL's Simple kernel waits for the peer's
     flag before a slice and posts its own after, so a channel's slices pay it one after the
     other (fitted to published tables, not in NCCL's cost model; 0: none).
+    ``net_message_gap`` and ``net_message_bandwidth`` are what each message a ring's
+    channel sends to a peer on another node under Simple holds that connection: the gap
+    besides its bytes at that rate (0 and infinite: nothing), on top of
+    ``net_channel_bandwidth`` (measured, not in NCCL's cost model).
     ``ll128_enabled`` says whether NCCL runs LL128 here unless told to: it enables it by
     default only where the GPUs of a node talk over NVLink (and a NIC is at most a PCIe
     switch away), so a tuner leaves it out elsewhere; a forced LL128 still runs, as with
@@ -179,10 +183,10 @@ class Topology:
     chooses how to run a call across nodes, it charges every step of a ring within a node
     at least that, three times under Simple. Only a tuner weighs it; messages do not pay it.
     ``tuner_nvls_tree_bandwidth`` is the most of its NIC's rate at which a tuner weighs
-    each GPU's sends to other nodes under NVLS-tree on more than two nodes, where NCCL's
-    cost model credits more than they reach: from NCCL 2.28.3 the NIC's whole rate, up to a
-    ceiling per channel (0: at the rate they reach, ``tree_network_efficiency`` of it, about
-    what NCCL weighed before 2.28.3). Only a tuner weighs it.
+    each GPU's sends to other nodes under NVLS-tree on more than two nodes, as NCCL's cost
+    model credits them: before NCCL 2.28.3 5/6 of the NIC, from 2.28.3 the whole NIC up to a
+    ceiling per channel (0: at the rate they reach, ``tree_network_efficiency`` of it).
+    Only a tuner weighs it.
     """
 
     name: str
@@ -198,6 +202,8 @@ class Topology:
     tree_channel_bandwidth: float = math.inf
     net_channel_bandwidth: float = math.inf
     ring_slice_gap: float = 0.0
+    net_message_gap: float = 0.0
+    net_message_bandwidth: float = math.inf
     ll128_enabled: bool = True
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
@@ -265,7 +271,7 @@ class Topology:
             raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
                              f"(inf: no limit), got {self.ll_bandwidth!r}")
         for key in ("injection_bandwidth", "ll128_channel_bandwidth", "tree_channel_bandwidth",
-                    "net_channel_bandwidth"):
+                    "net_channel_bandwidth", "net_message_bandwidth"):
             rate = getattr(self, key)
             if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0):
                 raise ValueError(f"topology {self.name!r}: {key} must be > 0 bytes/second "
@@ -300,6 +306,7 @@ class Topology:
         _check_seconds(self.switch_latency, f"topology {self.name!r}: switch_latency")
         _check_seconds(self.net_overhead, f"topology {self.name!r}: net_overhead")
         _check_seconds(self.ring_slice_gap, f"topology {self.name!r}: ring_slice_gap")
+        _check_seconds(self.net_message_gap, f"topology {self.name!r}: net_message_gap")
         if self.compute_speed and len(self.compute_speed) != len(self.ranks):
             raise ValueError(f"topology {self.name!r}: compute_speed needs one factor per rank "
                              f"({len(self.ranks)}), got {len(self.compute_speed)}")

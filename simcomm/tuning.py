@@ -35,9 +35,9 @@ NVLS-tree as NCCL does too, as its latency plus its bytes at its bandwidth, with
 pipeline to fill (``ncclTopoGetAlgoTime``, src/graph/tuning.cc, NVIDIA/nccl v2.26.2): here
 the estimate's latencies and pace. Beyond two nodes NCCL before v2.28.3 gives NVLS-tree
 half its NICs' rate (``bwInter/2``), which the pace has in the load of the tree on a
-node's NICs (two slices for every one on two nodes); from v2.28.3 it gives it their whole
-rate up to a ceiling per channel, more than the sends reach, which the tuner weighs where
-the topology says so (``Topology.tuner_nvls_tree_bandwidth``). Across nodes NCCL
+node's NICs (two slices for every one on two nodes), times 5/6; from v2.28.3 it gives it
+their whole rate up to a ceiling per channel, more than the sends reach; the tuner weighs
+what the topology says NCCL credits (``Topology.tuner_nvls_tree_bandwidth``). Across nodes NCCL
 multiplies a Simple ring all-reduce's latency by 1.4 once a channel's share of a rank
 exceeds 64 bytes ("plateau effect of ring", ``ncclTopoGetAlgoTime``), as the weight here
 does. So the pick is NCCL's, which is not always the candidate the estimates (and the
@@ -123,6 +123,7 @@ class _Shape:
     posting: np.ndarray  # per ring: seconds NCCL's tuner adds once around it (_net_overhead)
     pipe: float  # seconds per byte of a part on the busiest sender's channel pipe
     protocol: Protocol
+    crossings: np.ndarray  # per ring: its hops between nodes (trees: none counted)
 
 
 def _ring_edges(orders: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
@@ -431,18 +432,24 @@ class ModelTuner:
         """Seconds for the rings of ``shape``, ``size`` ranks each, to move ``steps``
         chunks of ``chunk`` bytes per hop, each in slices (``ring_slices``), pipelined, all
         at once; under Simple each slice holds its sender's channel
-        ``Topology.ring_slice_gap`` longer."""
+        ``Topology.ring_slice_gap`` longer, and its connection to another node
+        ``Topology.net_message_gap`` besides its bytes at ``net_message_bandwidth``."""
         if steps == 0:
             return 0.0
+        topology = self.topology
         slices = ring_slices(math.ceil(chunk), shape.protocol)
-        gap = self.topology.ring_slice_gap if shape.protocol is Protocol.SIMPLE else 0.0
+        simple = shape.protocol is Protocol.SIMPLE
+        gap = topology.ring_slice_gap if simple else 0.0
+        net_gap = topology.net_message_gap if simple and shape.crossings.any() else 0.0
         # Per ring: a slice once around it, then the first slice's way through every step
         # and the other slices behind it.
-        moving = chunk / slices * shape.per_byte + size * gap
+        moving = chunk / slices * shape.per_byte + size * gap + shape.crossings * net_gap
         hop = moving / size
         path = float(((shape.latency + moving) * steps / size + (slices - 1) * hop).max())
+        on_connection = (steps * (chunk / topology.net_message_bandwidth + slices * net_gap)
+                         if simple and shape.crossings.any() else 0.0)
         return max(path, steps * chunk * shape.busiest,
-                   steps * (chunk * shape.pipe + slices * gap))
+                   steps * (chunk * shape.pipe + slices * gap), on_connection)
 
     def _shape(self, kind: str, comm: Comm, channels: int, protocol: Protocol) -> _Shape:
         """What an estimate of rings or trees needs, whatever the bytes (cached): per ring
@@ -487,7 +494,9 @@ class ModelTuner:
                                        max(on_link, on_pipe, on_peer, on_network),
                                        max(on_link, on_pipe, on_peer),
                                        np.array([posting[way].sum() for way in ways]),
-                                       on_pipe, protocol)
+                                       on_pipe, protocol,
+                                       np.array([int(capped[way].sum()) if capped is not None
+                                                 else 0 for way in ways]))
         return self._shapes[key]
 
     def _net_overhead(self, latency: np.ndarray, within: np.ndarray, protocol: Protocol

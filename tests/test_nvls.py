@@ -287,7 +287,7 @@ def test_files_keep_nvls_trees_share_and_nvls_channels() -> None:
 
 def test_files_keep_nvls_trees_share_of_the_network() -> None:
     cluster = make_preset("cluster-h100:nodes=4")
-    assert cluster.tree_network_efficiency == 0.8
+    assert cluster.tree_network_efficiency == 0.85
     assert parse_topology(dump_topology(cluster)) == cluster
     text = ('kind = "switch"\nranks = 2\nbandwidth = "1GB/s"\nlatency = "1us"\n'
             'tree_network_efficiency = 0.5\n')

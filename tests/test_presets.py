@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from algorithms import nccl_all_gather, nccl_allreduce, ring_allreduce
+from algorithms.nccl import RING_CHUNK_BYTES
 from simcomm import Link, SizeOnly, Topology, simulate
 from simcomm.presets import (
     GB, PUBLISHED_BUSBW, US, describe, list_presets, make_preset, ring_allreduce_busbw,
@@ -185,16 +186,56 @@ def test_fewer_nics_are_shared_by_the_gpus_of_a_pcie_switch(gpu):
             == pytest.approx(sum(eight.links[i].latency for i in eight.route(1, 9))))
 
 
+def without_ceilings(topology: Topology) -> Topology:
+    """``topology`` with no ceiling per channel between nodes, nor a gap per message."""
+    return replace(topology, net_channel_bandwidth=math.inf, net_message_gap=0.0,
+                   net_message_bandwidth=math.inf)
+
+
 def test_half_the_nics_halve_a_rail_aligned_ring_across_nodes():
     # Eight rings cross between the nodes, two through each NIC when a node has four: on
     # 1 GiB the NICs are the bottleneck, so the ring takes about twice as long (with no
     # ceiling per channel, which would cap the 8 NICs first).
     inputs = [SizeOnly(2**28, np.float32)] * 16
     times = {nics: simulate(nccl_allreduce, inputs,
-                            replace(make_preset(f"cluster-h100:nics={nics}"),
-                                    net_channel_bandwidth=math.inf),
+                            without_ceilings(make_preset(f"cluster-h100:nics={nics}")),
                             record=False, algorithm="ring").time for nics in (8, 4)}
     assert 1.8 < times[4] / times[8] < 2.1
+
+
+def test_a_ring_message_between_nodes_under_simple_holds_its_connection_a_gap_longer():
+    # 8.2 us besides its bytes at 24 GB/s (a NIC's share for each of its two channels), so
+    # that NCCL's largest Simple slice, 1 MiB, takes what the 20.2 GB/s ceiling gives it and
+    # smaller ones more; a second queue pair halves the gap and doubles the rate.
+    topology = make_preset("cluster-h100:nodes=2")
+    assert topology.net_message_gap == pytest.approx(8.2e-6)
+    assert topology.net_message_bandwidth == 24 * GB
+    full_slice = RING_CHUNK_BYTES // 2
+    assert full_slice / topology.net_message_bandwidth + topology.net_message_gap == (
+        pytest.approx(full_slice / topology.net_channel_bandwidth, rel=1e-3))
+    two = make_preset("cluster-h100:nodes=2,qps=2")
+    assert (two.net_message_gap, two.net_message_bandwidth) == pytest.approx((4.1e-6, 48 * GB))
+    assert make_preset("cluster-a100:nodes=2").net_message_gap == 0.0
+
+    # An all-gather's rings under Simple on two nodes: at 32 MiB each step's two 64 KiB slices
+    # pay the gap (352 us against 163 without it), at 1 GiB its slices are full (the same
+    # time); the collective level charges it as the messages do.
+    gapless = replace(topology, net_message_gap=0.0, net_message_bandwidth=math.inf)
+
+    def seconds(each: Topology, nbytes: int, level: str = "message") -> float:
+        inputs = [SizeOnly(nbytes // 4, np.float32)] * 16  # the gathered buffer
+        return simulate(nccl_all_gather, inputs, each, record=False, algorithm="ring",
+                        protocol="simple", level=level).time
+
+    assert seconds(topology, 32 << 20) > 2 * seconds(gapless, 32 << 20)
+    assert seconds(topology, 1 << 30) == pytest.approx(seconds(gapless, 1 << 30), rel=1e-9)
+    assert seconds(topology, 32 << 20, "collective") == pytest.approx(
+        seconds(topology, 32 << 20), rel=0.1)
+    # LL128 pays no gap.
+    ll128 = [simulate(nccl_all_gather, [SizeOnly(1 << 20, np.float32)] * 16, each,
+                      record=False, algorithm="ring", protocol="ll128").time
+             for each in (topology, gapless)]
+    assert ll128[0] == ll128[1]
 
 
 def test_hopper_rings_level_off_at_the_ceiling_per_channel_between_nodes():
@@ -203,7 +244,7 @@ def test_hopper_rings_level_off_at_the_ceiling_per_channel_between_nodes():
     def busbw(spec: str, ceiling: bool = True) -> float:
         topology = make_preset(spec)
         if not ceiling:
-            topology = replace(topology, net_channel_bandwidth=math.inf)
+            topology = without_ceilings(topology)
         p = topology.size
         inputs = [SizeOnly(2**27, np.float32)] * p  # 512 MiB, the gathered buffer
         seconds = simulate(nccl_all_gather, inputs, topology, record=False,
