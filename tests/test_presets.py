@@ -294,6 +294,9 @@ def test_fattree_uplinks_follow_the_oversubscription():
     ("cluster-h100:fans=4", "has no parameter 'fans' (it takes: nodes, nics, channels, "
                             "nic_ports, gpus, qps, nvls_channels, nccl)"),
     ("cluster-h100:qps=0", "qps must be an int >= 1"),
+    ("cluster-h100:nccl=2", "nccl must be a version such as 2.26 or 2.29.2, got '2'"),
+    ("cluster-b200:nccl=2.x", "nccl must be a version"),
+    ("cluster-a100:nccl=2.26", "has no parameter 'nccl'"),
     ("cluster-h100:gpus=0", "gpus must be an int >= 1"),
     ("cluster-h100:gpus=16", "gpus must be at most 8, got 16"),
     ("cluster-h100:gpus=4,nics=4", "give gpus or nics, not both"),
