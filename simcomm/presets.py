@@ -260,8 +260,8 @@ class NodeFigures:
     one_node_rings: tuple[int, float]  # rings NCCL's search finds on one node, their speed
     net_overhead: float  # NCCL's getNetOverhead for the hosts' CPUs, seconds
     net_channel: float = math.inf  # a ring's channel to another node, bytes/second
-    net_message: tuple[float, float] = (0.0, math.inf)  # its gap (seconds) and rate per
-    # message under Simple
+    net_message_gap: float = 0.0  # seconds each Simple message holds that connection
+    net_message_rate: float = math.inf  # besides its bytes at this rate, bytes/second
     ring_slice_gap: float = 0.0  # seconds a ring's channel holds a slice under Simple
     nvls_channels: int = NVLS_CHANNELS  # NCCL's NVLS channels (with ``nvls``)
     nvls_tree_channel: float = 0.0  # NCCL's perChMaxNVLSTreeBw beyond two nodes, bytes/second
@@ -326,7 +326,8 @@ DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
                        compute_capability=90, one_node_rings=H100_ONE_NODE_RINGS,
                        net_overhead=INTEL_HOSTS_NET_OVERHEAD,
                        net_channel=NDR_NET_CHANNEL_BANDWIDTH,
-                       net_message=(NDR_NET_MESSAGE_GAP, NDR_NET_MESSAGE_BANDWIDTH),
+                       net_message_gap=NDR_NET_MESSAGE_GAP,
+                       net_message_rate=NDR_NET_MESSAGE_BANDWIDTH,
                        ring_slice_gap=H100_RING_SLICE_GAP,
                        nvls_tree_channel=HOPPER_NVLS_TREE_CHANNEL)
 DGX_H200 = replace(DGX_H100, hbm=H200_SXM_HBM)
@@ -338,7 +339,8 @@ DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        compute_capability=100, one_node_rings=B200_ONE_NODE_RINGS,
                        net_overhead=INTEL_HOSTS_NET_OVERHEAD,
                        net_channel=NDR_NET_CHANNEL_BANDWIDTH,
-                       net_message=(NDR_NET_MESSAGE_GAP, NDR_NET_MESSAGE_BANDWIDTH),
+                       net_message_gap=NDR_NET_MESSAGE_GAP,
+                       net_message_rate=NDR_NET_MESSAGE_BANDWIDTH,
                        ring_slice_gap=H100_RING_SLICE_GAP,
                        nvls_channels=BLACKWELL_NVLS_CHANNELS,
                        nvls_tree_channel=BLACKWELL_NVLS_TREE_CHANNEL)
@@ -549,8 +551,8 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
                                   ll_bandwidth=node.ll_bandwidth(nodes),
                                   net_overhead=node.net_overhead,
                                   net_channel_bandwidth=node.net_channel * qps,
-                                  net_message_gap=node.net_message[0] / qps,
-                                  net_message_bandwidth=node.net_message[1] * qps,
+                                  net_message_gap=node.net_message_gap / qps,
+                                  net_message_bandwidth=node.net_message_rate * qps,
                                   ring_slice_gap=node.ring_slice_gap,
                                   tuner_nvls_tree_bandwidth=credited))
     topo = _on_channels(topo, channels, node, nodes, min(nics, gpus), nic_ports)
@@ -621,7 +623,7 @@ def fattree_h100(nodes: int = 4, nodes_per_leaf: int = 2, oversubscription: floa
         name, tuple(names), tuple(links), tuple(gpus), (dgx.hbm,) * len(gpus),
         GPUS_PER_DGX, NCCL_LAUNCH_LATENCY, dgx.ll_bandwidth(nodes),
         net_overhead=dgx.net_overhead, net_channel_bandwidth=dgx.net_channel,
-        net_message_gap=dgx.net_message[0], net_message_bandwidth=dgx.net_message[1],
+        net_message_gap=dgx.net_message_gap, net_message_bandwidth=dgx.net_message_rate,
         ring_slice_gap=dgx.ring_slice_gap))
     return with_nvls(_on_channels(topo, 0, dgx, nodes, GPUS_PER_DGX), dgx.nvls_channels)
 

@@ -440,7 +440,7 @@ class ModelTuner:
         slices = ring_slices(math.ceil(chunk), shape.protocol)
         simple = shape.protocol is Protocol.SIMPLE
         gap = topology.ring_slice_gap if simple else 0.0
-        net_gap = topology.net_message_gap if simple and shape.crossings.any() else 0.0
+        net_gap = topology.net_message_gap if simple else 0.0
         # Per ring: a slice once around it, then the first slice's way through every step
         # and the other slices behind it.
         moving = chunk / slices * shape.per_byte + size * gap + shape.crossings * net_gap
