@@ -133,6 +133,13 @@ AMD_HOSTS_NET_OVERHEAD = microseconds(2.0)
 A100_LL128_CHANNEL_BANDWIDTH = 20.0 / 2 * GB
 H100_LL128_CHANNEL_BANDWIDTH = 36.7 / 2 * GB
 B200_LL128_CHANNEL_BANDWIDTH = 40.0 / 2 * GB
+# What one A100 sends per second under LL128 over all its channels together: 70% of its
+# NVLinks' data rate (168 GB/s), where NCCL's model gives a DGX A100's ring 0.92 of 235 GB/s.
+# Fitted, not published: the fastest rate at which none of the held one-node A100 tables
+# runs its LL128 sizes (4 to 16 MiB) faster than the model; at NCCL's figure they take 1.3
+# to 2 times the model's time, with NCCL from 2.8.4 to 2.18.5 alike (docs/fidelity.md,
+# "LL128 on one A100 node"). H100 nodes measure NCCL's figures (none).
+A100_LL128_BANDWIDTH = 168.0 * GB  # 0.7 x A100_NVLINKS x A100_NVLINK_DATA
 # What one channel of NCCL's tree sends per second at most to each of its peers, so the most
 # it all-reduces per second, by GPU generation and node count (1, 2, 3: three or more), under
 # Simple. NCCL's perChMaxTreeBws caps a tree's bus bandwidth per search channel, and
@@ -265,6 +272,7 @@ class NodeFigures:
     ring_slice_gap: float = 0.0  # seconds a ring's channel holds a slice under Simple
     nvls_channels: int = NVLS_CHANNELS  # NCCL's NVLS channels (with ``nvls``)
     nvls_tree_channel: float = 0.0  # NCCL's perChMaxNVLSTreeBw beyond two nodes, bytes/second
+    ll128_gpu: float = math.inf  # what one GPU sends under LL128, all channels, bytes/second
 
     def ll_bandwidth(self, nodes: int) -> float:
         """NCCL's llMaxBw on ``nodes`` nodes."""
@@ -318,7 +326,7 @@ DGX_A100 = NodeFigures(A100_NVLINKS * A100_NVLINK_DATA, A100_SXM_HBM,
                        A100_TREE_CHANNEL_BANDWIDTH, nvls=False,
                        compute_capability=80, one_node_rings=A100_ONE_NODE_RINGS,
                        net_overhead=AMD_HOSTS_NET_OVERHEAD,
-                       ring_slice_gap=A100_RING_SLICE_GAP)
+                       ring_slice_gap=A100_RING_SLICE_GAP, ll128_gpu=A100_LL128_BANDWIDTH)
 DGX_H100 = NodeFigures(H100_NVLINKS * H100_NVLINK_DATA, H100_SXM_HBM,
                        NDR_NIC_DATA, PCIE_GEN5_X16_DATA, H100_LL_BANDWIDTH,
                        INTEL_HOSTS_LL_BANDWIDTH, H100_LL128_CHANNEL_BANDWIDTH,
@@ -350,11 +358,12 @@ def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: in
                  nics: int, nic_ports: int = 1) -> Topology:
     """``topology`` running rings and trees on ``channels`` (0: NCCL's count for these
     nodes). More channels than NCCL's share its LL128 and tree ceilings: NCCL's cost model
-    takes them per channel of its search, however many run (src/graph/tuning.cc)."""
+    takes them per channel of its search, however many run (src/graph/tuning.cc). A GPU's
+    own LL128 ceiling holds whatever the count."""
     check_channels(channels, "NCCL's count")
     nccls = node.channels(nodes, nics, nic_ports)
     count = channels or nccls
-    return replace(topology, channels=count,
+    return replace(topology, channels=count, ll128_bandwidth=node.ll128_gpu,
                    ll128_channel_bandwidth=node.ll128_channel * nccls / count,
                    tree_channel_bandwidth=node.tree_channel[min(nodes, 3)] * nccls / count)
 
@@ -460,6 +469,7 @@ def pcie_a100(gpus: int = 8) -> Topology:
                                   launch_latency=NCCL_LAUNCH_LATENCY,
                                   ll_bandwidth=A100_LL_BANDWIDTH,
                                   ll128_channel_bandwidth=A100_LL128_CHANNEL_BANDWIDTH,
+                                  ll128_bandwidth=A100_LL128_BANDWIDTH,
                                   ll128_enabled=False))
 
 
@@ -805,6 +815,9 @@ def describe(topology: Topology) -> str:
     if math.isfinite(topology.net_channel_bandwidth) and topology.node_count > 1:
         lines.append(f"a ring's channel to another node: at most "
                      f"{_gbps(topology.net_channel_bandwidth)}")
+    if math.isfinite(topology.ll128_bandwidth):
+        lines.append(f"a GPU under LL128, all its channels together: at most "
+                     f"{_gbps(topology.ll128_bandwidth)}")
     if topology.ring_slice_gap:
         lines.append(f"a ring's channel per slice under Simple, besides its bytes: "
                      f"{_us(topology.ring_slice_gap)}")

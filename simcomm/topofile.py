@@ -19,6 +19,8 @@ Two forms. The explicit form lists nodes and links::
                                      # channels together (optional; default: no limit)
     ll128_channel_bandwidth = "36.7GB/s"  # what one channel moves per second under LL128
                                      # (optional; default: no limit)
+    ll128_bandwidth = "168GB/s"      # what one GPU sends per second under LL128, all
+                                     # channels together (optional; default: no limit)
     tree_channel_bandwidth = "10.35GB/s"  # what one channel of NCCL's tree sends per
                                      # second to each peer under Simple (optional; default:
                                      # no limit)
@@ -131,7 +133,8 @@ _TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
                      "tree_launch_latency_ll128")
 # Keys of what the machine does besides its links, in both forms.
 _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
-              "tree_channel_bandwidth", "net_channel_bandwidth", "net_message_bandwidth")
+              "ll128_bandwidth", "tree_channel_bandwidth", "net_channel_bandwidth",
+              "net_message_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
                  "reducing_switches", "switch_efficiency", "tree_switch_efficiency",
                  "tree_network_efficiency", "switch_latency", "nvls_channels", "channels",

@@ -145,7 +145,9 @@ class Topology:
     links and channels together: the LL protocol's polling on 8-byte flags, not the wire, is
     its limit (NCCL's ``llMaxBw``); infinite means none. ``ll128_channel_bandwidth`` is the
     most one channel moves per second under LL128 (NCCL's ``perChMaxRingLL128Bw``; infinite:
-    none). ``tree_channel_bandwidth`` is the most one channel of NCCL's tree sends per
+    none), ``ll128_bandwidth`` the most one GPU sends per second under LL128 over all its
+    channels together (measured, not in NCCL's cost model, so a tuner leaves it out;
+    infinite: none). ``tree_channel_bandwidth`` is the most one channel of NCCL's tree sends per
     second to each of its peers (its parent, each child) under Simple, so the most it
     all-reduces per second (NCCL's ``perChMaxTreeBw``, which in NCCL's model binds only
     there: LL's and LL128's own ceilings are lower; infinite: none).
@@ -199,6 +201,7 @@ class Topology:
     ll_bandwidth: float = math.inf
     injection_bandwidth: float = math.inf
     ll128_channel_bandwidth: float = math.inf
+    ll128_bandwidth: float = math.inf
     tree_channel_bandwidth: float = math.inf
     net_channel_bandwidth: float = math.inf
     ring_slice_gap: float = 0.0
@@ -270,8 +273,8 @@ class Topology:
                 and not isinstance(self.ll_bandwidth, bool) and self.ll_bandwidth > 0):
             raise ValueError(f"topology {self.name!r}: ll_bandwidth must be > 0 bytes/second "
                              f"(inf: no limit), got {self.ll_bandwidth!r}")
-        for key in ("injection_bandwidth", "ll128_channel_bandwidth", "tree_channel_bandwidth",
-                    "net_channel_bandwidth", "net_message_bandwidth"):
+        for key in ("injection_bandwidth", "ll128_channel_bandwidth", "ll128_bandwidth",
+                    "tree_channel_bandwidth", "net_channel_bandwidth", "net_message_bandwidth"):
             rate = getattr(self, key)
             if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0):
                 raise ValueError(f"topology {self.name!r}: {key} must be > 0 bytes/second "
@@ -529,16 +532,19 @@ class Topology:
             rates[rank] *= speed
         return replace(self, reduce_bandwidth=tuple(rates))
 
-    def channel_rate(self, protocol: Protocol, channels: int) -> float:
+    def channel_rate(self, protocol: Protocol, channels: int, as_nccl: bool = False) -> float:
         """What one of a collective's ``channels`` channels moves per second at most under
         ``protocol``: an even share of what one GPU's kernels move (``injection_bandwidth``;
-        under LL no more than ``ll_bandwidth``), under LL128 no more than
-        ``ll128_channel_bandwidth``. Infinite: no limit."""
+        under LL no more than ``ll_bandwidth``, under LL128 no more than
+        ``ll128_bandwidth`` unless ``as_nccl``, as NCCL's cost model takes it), under LL128
+        no more than ``ll128_channel_bandwidth``. Infinite: no limit."""
         if not channels >= 1:
             raise ValueError(f"channel_rate: channels must be >= 1, got {channels!r}")
         rate = self.injection_bandwidth
         if protocol is Protocol.LL:
             rate = min(rate, self.ll_bandwidth)
+        if protocol is Protocol.LL128 and not as_nccl:
+            rate = min(rate, self.ll128_bandwidth)
         share = rate / channels
         if protocol is Protocol.LL128:
             return min(share, self.ll128_channel_bandwidth)

@@ -119,7 +119,8 @@ class _Shape:
     per_byte: np.ndarray  # per ring or tree: seconds per byte along its way
     busiest: float  # seconds per byte of a part on the busiest link or pipe (a sender's,
     # a tree channel's to a peer, a ring channel's to a peer on another node)
-    busiest_for_nccl: float  # the same without the last, which NCCL's model lacks
+    busiest_for_nccl: float  # the same without the last and a GPU's LL128 ceiling (the
+    # pipe at NCCL's rates), which NCCL's model lacks
     posting: np.ndarray  # per ring: seconds NCCL's tuner adds once around it (_net_overhead)
     pipe: float  # seconds per byte of a part on the busiest sender's channel pipe
     protocol: Protocol
@@ -455,10 +456,11 @@ class ModelTuner:
         """What an estimate of rings or trees needs, whatever the bytes (cached): per ring
         or tree, the latency and the seconds per byte of its way (a ring once around, a
         tree's deepest rank to the root and back), and the seconds per byte of a part on the
-        busiest link or pipe (``_Shape``), with and without a ring channel's ceiling between
-        nodes, which NCCL's model lacks. ``kind`` is ``ring`` (``channels`` rings
-        of all ranks, ``rail_ring``), ``tree`` (``channels`` trees), ``node`` (a ring in
-        every node) or ``rail`` (a ring of every rail, a node's local rank i in each)."""
+        busiest link or pipe (``_Shape``), with and without the ceilings NCCL's model lacks
+        (a ring channel's between nodes, a GPU's under LL128). ``kind`` is ``ring``
+        (``channels`` rings of all ranks, ``rail_ring``), ``tree`` (``channels`` trees),
+        ``node`` (a ring in every node) or ``rail`` (a ring of every rail, a node's local
+        rank i in each)."""
         key = (kind, channels, protocol)
         if key not in self._shapes:
             if kind == "tree":
@@ -481,8 +483,10 @@ class ModelTuner:
             # Each ring or tree on its own channel, whose pipe carries every message its
             # sender sends in it (a tree's rank sends a part up and one to each child).
             group = np.arange(len(src)) // (len(src) // len(ways))
-            on_pipe = float(np.bincount(src * len(ways) + group).max()) / (
-                self.topology.channel_rate(protocol, channels))
+            busiest_pipe = float(np.bincount(src * len(ways) + group).max())
+            on_pipe = busiest_pipe / self.topology.channel_rate(protocol, channels)
+            on_pipe_for_nccl = busiest_pipe / self.topology.channel_rate(protocol, channels,
+                                                                         as_nccl=True)
             # A tree's channel sends its part to each peer once, under Simple at most at
             # the tree's ceiling.
             on_peer = (1 / self.topology.tree_channel_bandwidth
@@ -492,7 +496,7 @@ class ModelTuner:
             self._shapes[key] = _Shape(np.array([latency[way].sum() for way in ways]),
                                        np.array([per_byte[way].sum() for way in ways]),
                                        max(on_link, on_pipe, on_peer, on_network),
-                                       max(on_link, on_pipe, on_peer),
+                                       max(on_link, on_pipe_for_nccl, on_peer),
                                        np.array([posting[way].sum() for way in ways]),
                                        on_pipe, protocol,
                                        np.array([int(capped[way].sum()) if capped is not None

@@ -239,7 +239,7 @@ def test_validate_reads_a_published_table(capsys: pytest.CaptureFixture[str]) ->
     assert main(["validate", "--topology", "dgx-a100", "--measured",
                  f"nccl_allreduce={table}"]) == 0
     summary = capsys.readouterr().out.strip().splitlines()[-1].split()
-    assert summary[:3] == ["nccl_allreduce", "24", "36.9%"]
+    assert summary[:3] == ["nccl_allreduce", "24", "33.5%"]
     # A table's program is checked as nccl-tests' output's is.
     gather = PUBLISHED / "h100-1node-ring-allgather-togethernccl.csv"
     assert main(["validate", "--topology", "dgx-h100", "--measured",

@@ -91,10 +91,12 @@ def fan_out(comm, x, protocol):
 
 
 @pytest.mark.parametrize("protocol, field", [(Protocol.LL, "ll_bandwidth"),
-                                             (Protocol.LL128, "ll128_channel_bandwidth")])
+                                             (Protocol.LL128, "ll128_channel_bandwidth"),
+                                             (Protocol.LL128, "ll128_bandwidth")])
 def test_a_rate_of_ll_or_ll128_paces_a_channels_sends_in_its_pipe(protocol, field) -> None:
     # The pipe (0.25 GB/s: under LL the GPU's rate, NCCL's llMaxBw; under LL128 one
-    # channel's, NCCL's perChMaxRingLL128Bw) is slower than the wire's share of either: it
+    # channel's, NCCL's perChMaxRingLL128Bw, or the GPU's, measured on A100; one channel
+    # here) is slower than the wire's share of either: it
     # sets the pace, and the two messages of one channel through it take twice as long;
     # Simple does not use it.
     topology = replace(fully_connected(3, BANDWIDTH, LATENCIES), **{field: 0.25e9})
