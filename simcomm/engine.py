@@ -23,22 +23,21 @@ Cost model (alpha-beta with contention):
   (``WIRE_EFFICIENCY``: LL's lines are half flags). A ``Launch`` holds its task for the
   topology's launch latency under its protocol.
 * Where the topology limits what a GPU's kernels move (``Topology.injection_bandwidth``,
-  and under LL ``Topology.ll_bandwidth``), a message first crosses its channel's pipe on
-  its sender: a link with no latency and an even share of that rate among the channels of
-  the rank's latest ``Launch`` (under LL128 at most ``Topology.ll128_channel_bandwidth``);
-  a message of NCCL's tree under Simple then crosses a pipe of its channel's stream to that
-  peer, at ``Topology.tree_channel_bandwidth``; after a ``Launch`` of a ring (or of the
-  hierarchical all-reduce, whose rings span nodes), a message to a peer on another node
-  crosses a pipe of its channel's connection to that peer, at
-  ``Topology.net_channel_bandwidth``, and under Simple one more, which holds each message
+  under LL ``Topology.ll_bandwidth``, under LL128 ``Topology.ll128_bandwidth``), a message
+  first crosses its channel's pipe on its sender: a link with no latency and an even share
+  of that rate among the channels of the rank's latest ``Launch`` (under LL128 at most
+  ``Topology.ll128_channel_bandwidth``); a message of NCCL's tree under Simple then crosses
+  a pipe of its channel's stream to that peer, at ``Topology.tree_channel_bandwidth``; after
+  a ``Launch`` of a ring (or of the hierarchical all-reduce, whose rings span nodes), a
+  message to a peer on another node crosses a pipe of its channel's connection to that peer,
+  at ``Topology.net_channel_bandwidth``, and under Simple one more, which holds each message
   ``Topology.net_message_gap`` besides its bytes at ``Topology.net_message_bandwidth``;
-  after a ``Launch`` of NVLS-tree, a message to
-  another node crosses a pipe of its sender's, shared by all its channels, at
-  ``Topology.tree_network_share`` of its way's slowest link; and under Simple its
-  channel's pipe holds it ``Topology.ring_slice_gap`` longer than its bytes take.
-  NCCL runs each channel on its own SMs, side by side, so a channel's steps pay their
-  latency and their bytes one after the other, and the channels together reach the GPU's
-  rate.
+  after a ``Launch`` of NVLS-tree, a message to another node crosses a pipe of its sender's,
+  shared by all its channels, at ``Topology.tree_network_share`` of its way's slowest link;
+  and under Simple its channel's pipe holds it ``Topology.ring_slice_gap`` longer than its
+  bytes take. NCCL runs each channel on its own SMs, side by side, so a channel's steps pay
+  their latency and their bytes one after the other, and the channels together reach the
+  GPU's rate.
 * In a switch that reduces and multicasts (``Topology.reducing_switches``, NVLink SHARP), a
   ``Multicast`` crosses the links up to the switch once, then a copy goes on to every peer
   and one back to the sender; a ``RecvReduce`` pulls its contributions (``Send`` with

@@ -147,10 +147,10 @@ class Topology:
     most one channel moves per second under LL128 (NCCL's ``perChMaxRingLL128Bw``; infinite:
     none), ``ll128_bandwidth`` the most one GPU sends per second under LL128 over all its
     channels together (measured, not in NCCL's cost model, so a tuner leaves it out;
-    infinite: none). ``tree_channel_bandwidth`` is the most one channel of NCCL's tree sends per
-    second to each of its peers (its parent, each child) under Simple, so the most it
-    all-reduces per second (NCCL's ``perChMaxTreeBw``, which in NCCL's model binds only
-    there: LL's and LL128's own ceilings are lower; infinite: none).
+    infinite: none). ``tree_channel_bandwidth`` is the most one channel of NCCL's tree
+    sends per second to each of its peers (its parent, each child) under Simple, so the
+    most it all-reduces per second (NCCL's ``perChMaxTreeBw``, which in NCCL's model binds
+    only there: LL's and LL128's own ceilings are lower; infinite: none).
     ``net_channel_bandwidth`` is the most one channel of a ring sends per second to a peer on
     another node (``local_size`` says which ranks share one), under any protocol
     (infinite: none): a ceiling per channel that crosses the network, measured, not in

@@ -12,12 +12,12 @@ such a machine:
   bytes over that link's bandwidth, the wire share of the protocol counted.
 * A tree phase is a pipeline of chunks up and down the tree: its critical path is the
   deepest leaf's way to the root and back, and its busiest link again bounds it.
-* What a GPU's kernels move (``Topology.injection_bandwidth``, and under LL
-  ``Topology.ll_bandwidth``) bounds it as a link does, and each channel's share of it
-  (under LL128 at most ``Topology.ll128_channel_bandwidth``) bounds that channel's steps;
-  under Simple a tree's channel sends to each peer at most
-  ``Topology.tree_channel_bandwidth``, and a ring's channel to a peer on another node at
-  most ``Topology.net_channel_bandwidth``.
+* What a GPU's kernels move (``Topology.injection_bandwidth``, under LL
+  ``Topology.ll_bandwidth``, under LL128 ``Topology.ll128_bandwidth``) bounds it as a link
+  does, and each channel's share of it (under LL128 at most
+  ``Topology.ll128_channel_bandwidth``) bounds that channel's steps; under Simple a tree's
+  channel sends to each peer at most ``Topology.tree_channel_bandwidth``, and a ring's
+  channel to a peer on another node at most ``Topology.net_channel_bandwidth``.
 * NVLS, on one node whose switch reduces (``Topology.reducing_switches``), moves the buffer
   and one slice of it each way over every GPU's link, at the switch's share of its
   bandwidth, in two in-switch steps; NVLS-tree, across such nodes, also sends each GPU's
