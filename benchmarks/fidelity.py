@@ -49,6 +49,11 @@ from simcomm.presets import make_preset
 
 LATENCY_BOUND = 1 << 20  # bytes: below, the latency-bound regime
 BANDWIDTH_BOUND = 64 << 20  # bytes: from here, the bandwidth-bound regime
+# The fidelity issue's targets, as median relative errors: all rows together, every table,
+# every regime of every table.
+ALL_ROWS_TARGET = 0.05
+TABLE_TARGET = 0.10
+REGIME_TARGET = 0.25
 # nccl-tests program -> the simulator's collective that chooses per call as NCCL does.
 ALGORITHMS = {"all_reduce_perf": "nccl_allreduce", "reduce_scatter_perf": "nccl_reduce_scatter",
               "all_gather_perf": "nccl_all_gather"}
@@ -217,6 +222,25 @@ def summary(errors: Sequence[float]) -> str:
     return f"{statistics.median(errors):6.1%} {max(errors):6.1%}"
 
 
+def against_targets(tables: dict[str, dict[str, list[float]]]) -> str:
+    """One line on how ``tables`` (name -> regime -> relative errors of its rows) meet the
+    targets: all rows' median, the tables whose median is above ``TABLE_TARGET`` and the
+    regimes whose median is above ``REGIME_TARGET``."""
+    every = [e for regimes in tables.values() for errors in regimes.values() for e in errors]
+    medians = {name: statistics.median(e for errors in regimes.values() for e in errors)
+               for name, regimes in tables.items() if any(regimes.values())}
+    over = sum(median > TABLE_TARGET for median in medians.values())
+    regimes = [(name, statistics.median(errors)) for name, table in tables.items()
+               for errors in table.values() if errors]
+    wide = [name for name, median in regimes if median > REGIME_TARGET]
+    all_rows = statistics.median(every) if every else 0.0
+    return (f"targets: all rows {all_rows:.1%} (target {ALL_ROWS_TARGET:.0%}: "
+            f"{'met' if all_rows <= ALL_ROWS_TARGET else 'not met'}); "
+            f"{len(medians) - over} of {len(medians)} tables within {TABLE_TARGET:.0%}; "
+            f"{len(regimes) - len(wide)} of {len(regimes)} regimes within "
+            f"{REGIME_TARGET:.0%} ({len(wide)} above, in {len(set(wide))} tables)")
+
+
 FLOOR_FIT_LARGEST = 16 << 20  # bytes: above, every -g table's GPUs take longer than its host
 
 
@@ -301,6 +325,7 @@ def main() -> None:
           f"{'bandwidth':>13} {'all':>13}")
     print(f"{'':<46} {'':<50} " + " ".join(f"{'median   max':>13}" for _ in range(4)))
     every, torch_rows = [], []
+    by_table: dict[str, dict[str, list[float]]] = {}
     skipped = [(table.name, model) for table, model in zip(tables, models)
                if isinstance(model, str)]
     for (table, (preset, algorithm, params)), predicted in zip(modelled, predictions):
@@ -311,6 +336,7 @@ def main() -> None:
                 errors[regime(size)].append(abs(simulated - measured) / measured)
         flat = [e for values in errors.values() for e in values]
         every += flat
+        by_table[table.name] = errors
         label = " ".join([preset, algorithm] + [f"{k}={v}" for k, v in params.items()]
                          + ([f"-g {gpus}"] if gpus > 1 else []))
         print(f"{table.name:<46} {label:<50} "
@@ -328,6 +354,8 @@ def main() -> None:
             torch_rows.append((table.name, sizes, [m for _, m in compared], estimates))
     print(f"\nall modelled tables together: median {statistics.median(every):.1%} over "
           f"{len(every)} rows" if every else "\nno table is modelled yet")
+    if every:
+        print(against_targets(by_table))
     if torch_rows:
         print("\ntorch's analytical estimate (torch/_inductor/comm_analysis.py) on the same "
               "rows:")

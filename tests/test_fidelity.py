@@ -118,3 +118,19 @@ def test_the_host_floor_in_use_is_the_fit_to_the_published_tables() -> None:
     assert HOST_SECONDS_PER_ITERATION * 1e6 == pytest.approx(per_iteration, abs=0.05)
     assert HOST_SECONDS_PER_GPU * 1e6 == pytest.approx(per_gpu, abs=0.005)
     assert HOST_SECONDS_PER_CHANNEL * 1e6 == pytest.approx(per_channel, abs=0.0005)
+
+
+def test_the_targets_line_counts_tables_and_regimes_over_their_targets() -> None:
+    tables = {
+        "good": {"latency": [0.01, 0.03], "transition": [], "bandwidth": [0.02]},
+        "slow small sizes": {"latency": [0.30, 0.40, 0.35], "transition": [0.05],
+                             "bandwidth": [0.01, 0.02]},
+        "bad": {"latency": [0.5], "transition": [0.3], "bandwidth": [0.2]},
+        "empty": {"latency": [], "transition": [], "bandwidth": []},
+    }
+    line = fidelity.against_targets(tables)
+    # All 12 rows: median 0.125, above 5%. Tables: good 2%, slow small sizes 17.5%, bad 30%.
+    # Regimes: 2 + 3 + 3 = 8, of which slow small sizes' latency and bad's latency and
+    # transition are above 25%.
+    assert line == ("targets: all rows 12.5% (target 5%: not met); 1 of 3 tables within 10%; "
+                    "5 of 8 regimes within 25% (3 above, in 2 tables)")
