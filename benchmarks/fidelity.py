@@ -31,10 +31,12 @@ import argparse
 import os
 import re
 import statistics
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -295,6 +297,12 @@ def print_host_floor_fit(tables: Sequence[Table], jobs: int) -> None:
         print(f"  {name:<20} {fit:8.3f} us   (simcomm.bench: {used:g} us)")
 
 
+def fail(message: str) -> NoReturn:
+    """Stop with ``message`` as one line on stderr and exit status 2."""
+    print(f"fidelity.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", default=str(Path(__file__).parent / "published"),
@@ -311,8 +319,17 @@ def main() -> None:
                              "to the -g tables, print it and stop")
     args = parser.parse_args()
     if args.jobs < 1:
-        parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    tables = [read_table(path) for path in sorted(Path(args.tables).glob("*.csv"))]
+        fail(f"--jobs must be >= 1, got {args.jobs}")
+    folder = Path(args.tables)
+    if not folder.is_dir():
+        fail(f"--tables: {folder} is not a folder")
+    paths = sorted(folder.glob("*.csv"))
+    if not paths:
+        fail(f"--tables: {folder} holds no .csv table")
+    try:
+        tables = [read_table(path) for path in paths]
+    except (ValueError, OSError) as error:
+        fail(str(error))
     if args.fit_host_floor:
         print_host_floor_fit(tables, args.jobs)
         return

@@ -4,6 +4,7 @@ algorithm that model it (or to the reason none does), as its header says."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,11 +15,11 @@ from simcomm.bench import (
 )
 
 PUBLISHED = Path(__file__).parent.parent / "benchmarks" / "published"
+FIDELITY = Path(__file__).parent.parent / "benchmarks" / "fidelity.py"
 
 
 def _fidelity():
-    spec = importlib.util.spec_from_file_location(
-        "fidelity", Path(__file__).parent.parent / "benchmarks" / "fidelity.py")
+    spec = importlib.util.spec_from_file_location("fidelity", FIDELITY)
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("fidelity", module)  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -134,3 +135,22 @@ def test_the_targets_line_counts_tables_and_regimes_over_their_targets() -> None
     # transition are above 25%.
     assert line == ("targets: all rows 12.5% (target 5%: not met); 1 of 3 tables within 10%; "
                     "5 of 8 regimes within 25% (3 above, in 2 tables)")
+
+
+@pytest.mark.parametrize("folder, table, message", [
+    ("missing", None, "--tables: {folder} is not a folder"),
+    ("empty", None, "--tables: {folder} holds no .csv table"),
+    ("bad", "# source: x\nsize,count\n1,2\n",
+     "{folder}/bad.csv, line 3: expected the 8 columns of"),
+])
+def test_bad_tables_stop_with_one_line(tmp_path, folder, table, message) -> None:
+    path = tmp_path / folder
+    if folder != "missing":
+        path.mkdir()
+    if table is not None:
+        (path / "bad.csv").write_text(table)
+    run = subprocess.run([sys.executable, str(FIDELITY), "--tables", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.startswith("fidelity.py: error: " + message.format(folder=path))
+    assert run.stderr.count("\n") == 1
