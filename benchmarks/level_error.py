@@ -39,7 +39,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-bytes", default="256MiB", help="largest size per rank")
     args = parser.parse_args()
-    largest = parse_bytes(args.max_bytes)
+    try:
+        largest = parse_bytes(args.max_bytes)
+    except ValueError as error:
+        print(f"level_error.py: error: --max-bytes: {error}", file=sys.stderr)
+        return 2
     sizes = [8 * 4**k for k in range(40) if 8 * 4**k <= largest]
     print(f"{'topology':<40} {'collective':<40} {'least':>8} {'median':>8} {'largest':>8} "
           f"{'exact':>6}")
