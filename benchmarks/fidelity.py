@@ -5,7 +5,9 @@ the simulator has, it simulates every row's size and prints the relative error o
 as the median and largest absolute error per regime: latency-bound (below 1 MiB),
 transition, and bandwidth-bound (64 MiB and up), and over the whole table. Tables whose
 machine or network is not modelled yet are listed with the reason and left out of the
-summary. A table run by one process driving several GPUs (nccl-tests' ``-g``, its header's
+summary. A last line weighs the whole against the fidelity issue's targets (all rows
+within 5% median, every table within 10%, every regime of every table within 25%). A table
+run by one process driving several GPUs (nccl-tests' ``-g``, its header's
 ``nGpus``) is simulated so too (``simcomm.bench.host_bound_seconds``). Rows of 0 B (a
 reduce-scatter or all-gather below one element per rank) are not compared: NCCL moves
 nothing and launches nothing, and the row times nccl-tests' own loop.
@@ -17,7 +19,7 @@ The second fits the host's floor of ``-g`` runs (``simcomm.bench.host_floor_seco
 the published ``-g`` tables and prints it beside the constants in use.
 
 Tables are simulated side by side, one process each, ``--jobs`` at once (default: one per
-CPU); all of them take about ten minutes on two cores.
+CPU); all of them take about seventeen minutes on two cores.
 
 With ``--torch`` it also prints the same summary for torch's own analytical estimate
 (``torch/_inductor/comm_analysis.py``, which mirrors NCCL's tuning model) on the same rows.
