@@ -137,7 +137,7 @@ B200_LL128_CHANNEL_BANDWIDTH = 40.0 / 2 * GB
 # NVLinks' data rate (168 GB/s), where NCCL's model gives a DGX A100's ring 0.92 of 235 GB/s.
 # Fitted, not published: the fastest rate at which none of the held one-node A100 tables
 # runs its LL128 sizes (4 to 16 MiB) faster than the model; at NCCL's figure they take 1.3
-# to 2 times the model's time, with NCCL from 2.8.4 to 2.18.5 alike (docs/fidelity.md,
+# to 1.9 times the model's time, with NCCL from 2.8.4 to 2.18.5 alike (docs/fidelity.md,
 # "LL128 on one A100 node"). H100 nodes measure NCCL's figures (none).
 A100_LL128_BANDWIDTH = 168.0 * GB  # 0.7 x A100_NVLINKS x A100_NVLINK_DATA
 # What one channel of NCCL's tree sends per second at most to each of its peers, so the most
