@@ -116,7 +116,12 @@ def model_for(table: Table) -> tuple[str, str, dict[str, str]] | str:
     if not (nodes and per_node and gpu):
         return "no preset for this machine"
     count, gpus, kind = int(nodes.group(1)), int(per_node.group(1)), gpu.group(1).lower()
-    if count == 1:
+    instance = re.search(r"\b(p4de|p4d|p5)\.", table.header.get("machine", ""))
+    if "EFA" in table.header.get("nic", ""):  # AWS's instances, whose NICs are EFA's
+        if not (instance and count > 1 and gpus == 8):
+            return "no preset for this EFA machine"
+        preset = f"aws-{instance.group(1)}:nodes={count}"
+    elif count == 1:
         preset = f"dgx-{kind}" if gpus == 8 else f"dgx-{kind}:gpus={gpus}"
     else:  # the first ``gpus`` GPUs of 8-GPU nodes, each with its NIC
         preset = f"cluster-{kind}:nodes={count}" + (f",gpus={gpus}" if gpus != 8 else "")

@@ -108,7 +108,8 @@ PCIE_GEN5_X16_DATA = 16 * 240 / 80 * GB
 # ring's.
 NVLINK_STEP_LATENCY = nccl_latencies(ring=(3.4, 0.6, 1.9), tree=(4.0, 0.6, 1.25))
 PCIE_STEP_LATENCY = nccl_latencies(ring=(5.7, 1.0, 2.5), tree=(4.0, 1.0, 1.9))
-NET_STEP_LATENCY = nccl_latencies(ring=(14.0, 2.7, 4.0), tree=(14.0, 5.0, 8.5))
+NET_RING_US, NET_TREE_US = (14.0, 2.7, 4.0), (14.0, 5.0, 8.5)
+NET_STEP_LATENCY = nccl_latencies(ring=NET_RING_US, tree=NET_TREE_US)
 NCCL_LAUNCH_LATENCY = nccl_latencies(ring=(8.4, 6.6, 14.0), tree=(8.4, 6.8, 14.0))
 # What one GPU sends per second under LL, NCCL's llMaxBw (same file and version): on one
 # node by GPU generation, across nodes by host CPU and node count. DGX H100 and DGX B200
@@ -229,16 +230,71 @@ NEWEST_NCCL = "2.30"
 # How many channels NCCL runs NVLS on: Hopper's 16 (algorithms.nvls.NVLS_CHANNELS), 32 on
 # Blackwell (NVLS_NCHANNELS_SM100, NVIDIA/nccl v2.26.2 src/transport/nvls.cc).
 BLACKWELL_NVLS_CHANNELS = 32
+# AWS's EFA network (Elastic Fabric Adapter), which NCCL drives through AWS's plugin
+# (aws/aws-ofi-nccl; src/platform-aws.c at v1.9.2-aws, the same figures to v1.18). A
+# p5.48xlarge has 32 EFA devices of 100 Gb/s, four per GPU, which the plugin joins into one
+# 400 Gb/s device per GPU ("NIC group", its RDMA protocol); four EFA devices of a p5 write
+# 380 Gb/s together (crazyguitar/Libefaxx, experiments/write/README.md, commit a86dbc4e),
+# 47.5 GB/s. A p4d.24xlarge or p4de.24xlarge has four 100 Gb/s EFA devices, each on the PCIe
+# switch of two GPUs (the plugin's topology/p4d-24xl-topo.xml), which NCCL sees as four
+# NICs; at the share of the wire NCCL's developers count on for 200 Gb/s (24 GB/s, above),
+# 12 GB/s.
+EFA_P5_GPU_DATA = 47.5 * GB
+EFA_100G_DATA = 12 * GB
+# A message between nodes takes longer over EFA than over InfiniBand: Open MPI's osu_latency
+# between two p5.48xlarge measures 20.4 us for 0 bytes (aws/aws-parallelcluster, commit
+# 742ba685d, tests/integration-tests/tests/performance_tests/test_osu/test_osu/
+# osu_benchmarks/results/alinux2/p5.48xlarge/openmpi/osu_latency). NCCL's figures for a hop
+# between nodes hold InfiniBand's own time, small beside that, so a hop over EFA takes them
+# plus 20.4 us. Under Simple a p4d's receiver also flushes each message out of the EFA
+# device before its GPU reads it (the plugin marks p4d and p4de ``net_flush_required``, p5
+# not), one more trip through the device: NCCL's own cost model charges a network's latency
+# a second time under Simple for that flush (src/graph/tuning.cc, "Also add the flush extra
+# latency"), and so do the p4d presets.
+EFA_EXTRA_US = 20.4
+
+
+def _over_efa(figures: tuple[float, float, float], flushed: bool
+              ) -> tuple[float, float, float]:
+    """NCCL's (Simple, LL, LL128) microseconds for a network hop, over EFA: each plus EFA's
+    time, Simple's twice where the receiver flushes."""
+    simple, ll, ll128 = figures
+    return (simple + EFA_EXTRA_US * (2 if flushed else 1), ll + EFA_EXTRA_US,
+            ll128 + EFA_EXTRA_US)
+
+
+EFA_STEP_LATENCY = nccl_latencies(ring=_over_efa(NET_RING_US, False),
+                                  tree=_over_efa(NET_TREE_US, False))
+EFA_FLUSHED_STEP_LATENCY = nccl_latencies(ring=_over_efa(NET_RING_US, True),
+                                          tree=_over_efa(NET_TREE_US, True))
+# What the plugin reports to NCCL as its devices' latency on p4d, p4de and p5
+# (``platform_data_map``, since aws/aws-ofi-nccl commit d87d61e0 of 2023-05-31; a setting,
+# not a measurement): NCCL's tuner adds it to its own figure for every hop between nodes,
+# twice under Simple, where the links here hold NCCL's figure and EFA's time
+# (``Topology.tuner_net_latency``).
+EFA_REPORTED_US = 75.0
+
+
+def _tuner_over_efa(flushed: bool) -> PerProtocol:
+    """What NCCL's tuner counts on a hop between nodes over EFA besides the hop's latency
+    here: the plugin's reported latency, twice under Simple, less EFA's time (``_over_efa``)."""
+    simple = 2 * EFA_REPORTED_US - EFA_EXTRA_US * (2 if flushed else 1)
+    other = EFA_REPORTED_US - EFA_EXTRA_US
+    return PerProtocol(microseconds(simple), microseconds(other), microseconds(other))
+# p5.48xlarge hosts have AMD EPYC CPUs (3rd generation), p4d.24xlarge hosts Intel Xeon
+# (Cascade Lake) (AWS, "Amazon EC2 P5 Instances" and "Amazon EC2 P4 Instances").
+
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
 # Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
 # which already covers a message's whole trip across the network.
 SPINE_HOP_LATENCY = 0.0
 
-# HBM bandwidth from the datasheets: A100 80GB SXM 2,039 GB/s and A100 80GB PCIe 1,935 GB/s
-# (NVIDIA A100 Tensor Core GPU datasheet); H100 SXM 3.35 TB/s (NVIDIA H100 Tensor Core GPU
-# datasheet); H200 SXM 4.8 TB/s (NVIDIA H200 Tensor Core GPU datasheet); B200 8 TB/s (NVIDIA
-# DGX B200 datasheet: 64 TB/s for its 8 GPUs).
+# HBM bandwidth from the datasheets: A100 80GB SXM 2,039 GB/s, A100 40GB SXM 1,555 GB/s and
+# A100 80GB PCIe 1,935 GB/s (NVIDIA A100 Tensor Core GPU datasheet); H100 SXM 3.35 TB/s
+# (NVIDIA H100 Tensor Core GPU datasheet); H200 SXM 4.8 TB/s (NVIDIA H200 Tensor Core GPU
+# datasheet); B200 8 TB/s (NVIDIA DGX B200 datasheet: 64 TB/s for its 8 GPUs).
 A100_SXM_HBM = 2039 * GB
+A100_40GB_SXM_HBM = 1555 * GB
 A100_PCIE_HBM = 1935 * GB
 H100_SXM_HBM = 3350 * GB
 H200_SXM_HBM = 4800 * GB
@@ -273,6 +329,10 @@ class NodeFigures:
     nvls_channels: int = NVLS_CHANNELS  # NCCL's NVLS channels (with ``nvls``)
     nvls_tree_channel: float = 0.0  # NCCL's perChMaxNVLSTreeBw beyond two nodes, bytes/second
     ll128_gpu: float = math.inf  # what one GPU sends under LL128, all channels, bytes/second
+    net_latency: PerProtocol = NET_STEP_LATENCY  # a hop between nodes, per protocol
+    tuner_net: PerProtocol = NO_LAUNCH_LATENCY  # ``Topology.tuner_net_latency``
+    simple_only: bool = False  # the network plugin sets NCCL_PROTO=simple
+    nics: int = GPUS_PER_DGX  # the network devices NCCL sees per node
 
     def ll_bandwidth(self, nodes: int) -> float:
         """NCCL's llMaxBw on ``nodes`` nodes."""
@@ -352,6 +412,17 @@ DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        ring_slice_gap=H100_RING_SLICE_GAP,
                        nvls_channels=BLACKWELL_NVLS_CHANNELS,
                        nvls_tree_channel=BLACKWELL_NVLS_TREE_CHANNEL)
+
+# AWS's instances with EFA (the figures above): their GPUs and NVSwitches as the DGX nodes'.
+AWS_P4D = replace(DGX_A100, hbm=A100_40GB_SXM_HBM, nic=EFA_100G_DATA, nics=4,
+                  ll_across=INTEL_HOSTS_LL_BANDWIDTH, net_overhead=INTEL_HOSTS_NET_OVERHEAD,
+                  net_latency=EFA_FLUSHED_STEP_LATENCY,
+                  tuner_net=_tuner_over_efa(flushed=True), simple_only=True)
+AWS_P4DE = replace(AWS_P4D, hbm=A100_SXM_HBM)
+AWS_P5 = replace(DGX_H100, nic=EFA_P5_GPU_DATA, ll_across=AMD_HOSTS_LL_BANDWIDTH,
+                 net_overhead=AMD_HOSTS_NET_OVERHEAD, net_channel=math.inf,
+                 net_message_gap=0.0, net_message_rate=math.inf, net_latency=EFA_STEP_LATENCY,
+                 tuner_net=_tuner_over_efa(flushed=False))
 
 
 def _on_channels(topology: Topology, channels: int, node: NodeFigures, nodes: int,
@@ -520,6 +591,29 @@ def cluster_b200(nodes: int = 2, nics: int = GPUS_PER_DGX, channels: int = 0,
                     nvls_channels, nccl)
 
 
+def aws_p4d(nodes: int = 2, channels: int = 0) -> Topology:
+    """AWS p4d.24xlarge instances on EFA: 8 A100 40GB on NVSwitch and four 100 Gb/s EFA
+    devices, each shared by the two GPUs of its PCIe switch; NCCL runs through AWS's plugin,
+    which sets NCCL_PROTO=simple there (EFA does not promise the ordering LL and LL128 need)
+    and reports 75 us of latency to NCCL's tuner. ``channels`` as for ``cluster_a100``."""
+    return _cluster("aws-p4d", AWS_P4D, nodes, AWS_P4D.nics, channels)
+
+
+def aws_p4de(nodes: int = 2, channels: int = 0) -> Topology:
+    """AWS p4de.24xlarge instances on EFA: ``aws_p4d`` with A100 80GB."""
+    return _cluster("aws-p4de", AWS_P4DE, nodes, AWS_P4DE.nics, channels)
+
+
+def aws_p5(nodes: int = 2, channels: int = 0, gpus: int = GPUS_PER_DGX,
+           nvls_channels: int = 0, nccl: str = NEWEST_NCCL) -> Topology:
+    """AWS p5.48xlarge instances on EFA: 8 H100 on NVSwitch, each GPU with four 100 Gb/s
+    EFA devices that AWS's plugin joins into one; the plugin reports 75 us of latency to
+    NCCL's tuner and leaves LL and LL128 on. ``channels``, ``gpus``, ``nvls_channels`` and
+    ``nccl`` as for ``cluster_h100``."""
+    return _cluster("aws-p5", AWS_P5, nodes, GPUS_PER_DGX, channels, gpus=gpus,
+                    nvls_channels=nvls_channels, nccl=nccl)
+
+
 def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: int,
              nic_ports: int = 1, gpus: int = GPUS_PER_DGX, qps: int = 1,
              nvls_channels: int = 0, nccl: str = NEWEST_NCCL) -> Topology:
@@ -543,10 +637,11 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
         if gpus < GPUS_PER_DGX:
             name += f",gpus={gpus}"
         topo = hierarchical(nodes, gpus, node.nvlink, NVLINK_STEP_LATENCY, node.nic,
-                            NET_STEP_LATENCY, nic_per_gpu=True, reduce_bandwidth=node.hbm)
+                            node.net_latency, nic_per_gpu=True, reduce_bandwidth=node.hbm)
     else:
-        name += f",nics={nics}"
-        topo = _shared_nics(nodes, nics, node.nvlink, node.hbm, node.nic, node.pcie)
+        if nics != node.nics:
+            name += f",nics={nics}"
+        topo = _shared_nics(nodes, nics, node)
     if channels:
         name += f",channels={channels}"
     if nic_ports != 1:
@@ -564,16 +659,19 @@ def _cluster(preset: str, node: NodeFigures, nodes: int, nics: int, channels: in
                                   net_message_gap=node.net_message_gap / qps,
                                   net_message_bandwidth=node.net_message_rate * qps,
                                   ring_slice_gap=node.ring_slice_gap,
-                                  tuner_nvls_tree_bandwidth=credited))
+                                  tuner_nvls_tree_bandwidth=credited,
+                                  tuner_net_latency=node.tuner_net,
+                                  ll_enabled=not node.simple_only,
+                                  ll128_enabled=not node.simple_only))
     topo = _on_channels(topo, channels, node, nodes, min(nics, gpus), nic_ports)
     return with_nvls(topo, nvls_count) if node.nvls and gpus > 1 else topo
 
 
-def _shared_nics(nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
-                 pcie: float) -> Topology:
+def _shared_nics(nodes: int, nics: int, figures: NodeFigures) -> Topology:
     """Nodes of 8 GPUs on an NVSwitch, GPU i reaching the network through NIC i // (8 /
     nics) of its node over PCIe. The network's latency lies half on each NIC's link, as it
     does on the GPUs' own NIC links of ``hierarchical``."""
+    nvlink, hbm, nic, pcie = figures.nvlink, figures.hbm, figures.nic, figures.pcie
     check_rank_count(nodes * GPUS_PER_DGX)
     gpus = [f"gpu{i}" for i in range(nodes * GPUS_PER_DGX)]
     links: list[Link] = []
@@ -587,7 +685,7 @@ def _shared_nics(nodes: int, nics: int, nvlink: float, hbm: float, nic: float,
             links += duplex(gpu, switch_name, nvlink, NVLINK_STEP_LATENCY, 0.5)
             links += duplex(gpu, cards[local * nics // GPUS_PER_DGX], pcie, 0.0)
         for card in cards:
-            links += duplex(card, "net", nic, NET_STEP_LATENCY, 0.5)
+            links += duplex(card, "net", nic, figures.net_latency, 0.5)
     names.append("net")
     return Topology("cluster", tuple(names), tuple(links), tuple(gpus),
                     (hbm,) * len(gpus), GPUS_PER_DGX)
@@ -683,6 +781,16 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
                                     ("a100", 200, cluster_a100, False),
                                     ("h200", 400, cluster_h200, True),
                                     ("b200", 400, cluster_b200, True))),
+    Preset("aws-p4d", "AWS p4d.24xlarge: 8x A100 40GB on NVSwitch, 4x 100 Gb/s EFA per "
+           "node, each shared by two GPUs, Simple only (nodes=2, channels=0: NCCL's)",
+           aws_p4d, (("nodes", 2), ("channels", 0))),
+    Preset("aws-p4de", "AWS p4de.24xlarge: as aws-p4d with A100 80GB (nodes=2, channels=0: "
+           "NCCL's)", aws_p4de, (("nodes", 2), ("channels", 0))),
+    Preset("aws-p5", "AWS p5.48xlarge: 8x H100 on NVSwitch, NVLS, 4x 100 Gb/s EFA per GPU "
+           f"(nodes=2, channels=0: NCCL's, gpus=8: fewer per node take part, nvls_channels=0: "
+           f"NCCL's, nccl={NEWEST_NCCL}: the version whose tuner to follow)", aws_p5,
+           (("nodes", 2), ("channels", 0), ("gpus", GPUS_PER_DGX), ("nvls_channels", 0),
+            ("nccl", NEWEST_NCCL))),
     Preset("fattree-h100", "DGX H100 nodes on a two-level fat-tree of leaf and spine switches "
            "(nodes=4, nodes_per_leaf=2, oversubscription=1)", fattree_h100,
            (("nodes", 4), ("nodes_per_leaf", 2), ("oversubscription", 1.0))),
@@ -812,6 +920,14 @@ def describe(topology: Topology) -> str:
     if topology.net_overhead:
         lines.append(f"NCCL's charge for posting a network send (weighed by the tuner): "
                      f"{_us(topology.net_overhead)}")
+    if topology.tuner_net_latency != NO_LAUNCH_LATENCY:
+        lines.append(f"NCCL's tuner on a hop between nodes besides its latency (the network "
+                     f"plugin's reported latency; weighed by the tuner): "
+                     f"{_per_protocol(topology.tuner_net_latency)}")
+    disabled = [name for name, on in (("LL", topology.ll_enabled),
+                                      ("LL128", topology.ll128_enabled)) if not on]
+    if disabled:
+        lines.append(f"protocols NCCL leaves out unless told: {', '.join(disabled)}")
     if math.isfinite(topology.net_channel_bandwidth) and topology.node_count > 1:
         lines.append(f"a ring's channel to another node: at most "
                      f"{_gbps(topology.net_channel_bandwidth)}")

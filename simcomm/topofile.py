@@ -34,6 +34,7 @@ Two forms. The explicit form lists nodes and links::
                                      # besides its bytes at this rate (default 0, no limit)
     ll128_enabled = false            # whether NCCL weighs LL128 unless told (default true;
                                      # NCCL: only where a node's GPUs talk over NVLink)
+    ll_enabled = false               # the same for LL (default true; NCCL_PROTO=simple)
     reducing_switches = ["sw"]       # switches that reduce and multicast (NVLS; optional)
     switch_efficiency = 0.8333       # their share of a link's bandwidth (default 1)
     tree_switch_efficiency = 0.78    # the same under NVLS-tree (default: as above)
@@ -48,6 +49,10 @@ Two forms. The explicit form lists nodes and links::
     tuner_nvls_tree_bandwidth = "45.5GB/s"  # the most of a NIC NCCL's tuner credits
                                      # NVLS-tree with beyond two machines (default 0: what
                                      # it reaches; it weighs choices only)
+    tuner_net_latency = "129.6us"    # what NCCL's tuner counts on a hop between machines
+    tuner_net_latency_ll = "54.6us"  # besides its links' latency (a network plugin's
+    tuner_net_latency_ll128 = "54.6us"  # reported latency; LL and LL128 as launch_latency;
+                                     # default 0; it weighs choices only)
 
     [defaults]                       # for every link and GPU that does not say otherwise
     bandwidth = "100GB/s"            # per direction
@@ -131,15 +136,18 @@ class TopologyFileError(ValueError):
 _LAUNCH_KEYS = ("launch_latency", "launch_latency_ll", "launch_latency_ll128")
 _TREE_LAUNCH_KEYS = ("tree_launch_latency", "tree_launch_latency_ll",
                      "tree_launch_latency_ll128")
+# What NCCL's tuner counts on a hop between nodes besides the hop's latency, per protocol.
+_TUNER_NET_KEYS = ("tuner_net_latency", "tuner_net_latency_ll", "tuner_net_latency_ll128")
 # Keys of what the machine does besides its links, in both forms.
 _RATE_KEYS = ("ll_bandwidth", "injection_bandwidth", "ll128_channel_bandwidth",
               "ll128_bandwidth", "tree_channel_bandwidth", "net_channel_bandwidth",
               "net_message_bandwidth")
 _MACHINE_KEYS = (*_LAUNCH_KEYS, *_TREE_LAUNCH_KEYS, *_RATE_KEYS, "ll128_enabled",
-                 "reducing_switches", "switch_efficiency", "tree_switch_efficiency",
-                 "tree_network_efficiency", "switch_latency", "nvls_channels", "channels",
+                 "ll_enabled", "reducing_switches", "switch_efficiency",
+                 "tree_switch_efficiency", "tree_network_efficiency", "switch_latency",
+                 "nvls_channels", "channels",
                  "net_overhead", "ring_slice_gap", "net_message_gap",
-                 "tuner_nvls_tree_bandwidth")
+                 "tuner_nvls_tree_bandwidth", *_TUNER_NET_KEYS)
 _EXPLICIT_KEYS = ("name", "gpus", "switches", "nodes", "ranks", "local_size", *_MACHINE_KEYS,
                   "defaults", "reduce_bandwidth", "compute_speed", "link")
 # A link's optional LL and LL128 latencies: file key -> ``Link`` field.
@@ -322,11 +330,14 @@ def _read_compute_speed(reader: _Reader, table: Any, topology: Topology) -> Topo
 
 def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
     """``Topology`` fields of ``_MACHINE_KEYS``: launch latency, LL bandwidth, switches."""
-    machine: dict[str, Any] = {"launch_latency": _read_launch(reader, data)}
+    machine: dict[str, Any] = {
+        "launch_latency": _read_per_protocol(reader, data, _LAUNCH_KEYS, _TREE_LAUNCH_KEYS),
+        "tuner_net_latency": _read_per_protocol(reader, data, _TUNER_NET_KEYS)}
     for key in _RATE_KEYS:
         machine[key] = _read_rate(reader, data, key)
-    if "ll128_enabled" in data:
-        machine["ll128_enabled"] = reader.flag(data["ll128_enabled"], "ll128_enabled")
+    for key in ("ll128_enabled", "ll_enabled"):
+        if key in data:
+            machine[key] = reader.flag(data[key], key)
     if "reducing_switches" in data:
         machine["reducing_switches"] = tuple(reader.names(data["reducing_switches"],
                                                           "reducing_switches"))
@@ -342,9 +353,7 @@ def _read_machine(reader: _Reader, data: dict[str, Any]) -> dict[str, Any]:
     for key in ("nvls_channels", "channels"):
         if key in data:
             machine[key] = reader.count(data[key], key)
-    if "net_overhead" in data:
-        machine["net_overhead"] = reader.latency(data["net_overhead"], "net_overhead")
-    for key in ("ring_slice_gap", "net_message_gap"):
+    for key in ("net_overhead", "ring_slice_gap", "net_message_gap"):
         if key in data:
             machine[key] = reader.latency(data[key], key)
     if "tuner_nvls_tree_bandwidth" in data:
@@ -361,20 +370,39 @@ def _read_rate(reader: _Reader, data: dict[str, Any], key: str) -> float:
     return reader.bandwidth(data[key], key)
 
 
-def _read_launch(reader: _Reader, data: dict[str, Any]) -> PerProtocol:
-    """The launch latency per protocol: ``launch_latency`` (default 0) for Simple, and for LL
-    and LL128 their own key or else the Simple figure; the tree's, if any of its keys is
-    given, each its own key or else the figure for every algorithm."""
-    simple_key, ll_key, ll128_key = _LAUNCH_KEYS
+def _read_per_protocol(reader: _Reader, data: dict[str, Any], keys: tuple[str, ...],
+                       tree_keys: tuple[str, ...] = ()) -> PerProtocol:
+    """A latency per protocol (the launch's: ``_LAUNCH_KEYS``): the first key (default 0)
+    for Simple, and for LL and LL128 their own key or else the Simple figure; the tree's, if
+    any of ``tree_keys`` is given, each its own key or else the figure for every
+    algorithm."""
+    simple_key, ll_key, ll128_key = keys
     simple = reader.latency(data[simple_key], simple_key) if simple_key in data else 0.0
     ll, ll128 = (reader.latency(data[key], key) if key in data else simple
                  for key in (ll_key, ll128_key))
-    launch = PerProtocol(simple, ll, ll128)
-    if not any(key in data for key in _TREE_LAUNCH_KEYS):
-        return launch
+    costs = PerProtocol(simple, ll, ll128)
+    if not any(key in data for key in tree_keys):
+        return costs
     tree = (reader.latency(data[key], key) if key in data else fallback
-            for key, fallback in zip(_TREE_LAUNCH_KEYS, (simple, ll, ll128)))
-    return replace(launch, tree=PerProtocol(*tree))
+            for key, fallback in zip(tree_keys, (simple, ll, ll128)))
+    return replace(costs, tree=PerProtocol(*tree))
+
+
+def _write_per_protocol(doc: dict[str, Any], costs: PerProtocol, keys: tuple[str, ...],
+                        tree_keys: tuple[str, ...] = ()) -> None:
+    """Put ``costs`` in ``doc`` as ``_read_per_protocol`` reads them back (nothing where
+    every cost is 0)."""
+    if costs == NO_LAUNCH_LATENCY:
+        return
+    simple_key, ll_key, ll128_key = keys
+    doc[simple_key] = format_latency(costs.simple)
+    for key, seconds in ((ll_key, costs.ll), (ll128_key, costs.ll128)):
+        if seconds != costs.simple:
+            doc[key] = format_latency(seconds)
+    if costs.tree is not None:
+        for key, seconds in zip(tree_keys, (costs.tree.simple, costs.tree.ll,
+                                            costs.tree.ll128)):
+            doc[key] = format_latency(seconds)
 
 
 def _read_nodes(reader: _Reader, data: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -629,23 +657,15 @@ def dump_topology(topology: Topology) -> str:
         doc["nodes"], doc["ranks"] = list(topology.nodes), list(topology.ranks)
     if topology.local_size is not None:
         doc["local_size"] = topology.local_size
-    launch = topology.launch_latency
-    if launch != NO_LAUNCH_LATENCY:
-        simple_key, ll_key, ll128_key = _LAUNCH_KEYS
-        doc[simple_key] = format_latency(launch.simple)
-        for key, seconds in ((ll_key, launch.ll), (ll128_key, launch.ll128)):
-            if seconds != launch.simple:
-                doc[key] = format_latency(seconds)
-        if launch.tree is not None:
-            for key, seconds in zip(_TREE_LAUNCH_KEYS, (launch.tree.simple, launch.tree.ll,
-                                                        launch.tree.ll128)):
-                doc[key] = format_latency(seconds)
+    _write_per_protocol(doc, topology.launch_latency, _LAUNCH_KEYS, _TREE_LAUNCH_KEYS)
+    _write_per_protocol(doc, topology.tuner_net_latency, _TUNER_NET_KEYS)
     for key in _RATE_KEYS:
         rate = getattr(topology, key)
         if math.isfinite(rate):
             doc[key] = format_bandwidth(rate)
-    if not topology.ll128_enabled:
-        doc["ll128_enabled"] = False
+    for key in ("ll128_enabled", "ll_enabled"):
+        if not getattr(topology, key):
+            doc[key] = False
     if topology.reducing_switches:
         doc["reducing_switches"] = list(topology.reducing_switches)
     if topology.switch_efficiency != 1.0:
@@ -660,9 +680,7 @@ def dump_topology(topology: Topology) -> str:
         doc["nvls_channels"] = topology.nvls_channels
     if topology.channels is not None:
         doc["channels"] = topology.channels
-    if topology.net_overhead:
-        doc["net_overhead"] = format_latency(topology.net_overhead)
-    for key in ("ring_slice_gap", "net_message_gap"):
+    for key in ("net_overhead", "ring_slice_gap", "net_message_gap"):
         if getattr(topology, key):
             doc[key] = format_latency(getattr(topology, key))
     if topology.tuner_nvls_tree_bandwidth:

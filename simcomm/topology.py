@@ -165,7 +165,9 @@ class Topology:
     ``ll128_enabled`` says whether NCCL runs LL128 here unless told to: it enables it by
     default only where the GPUs of a node talk over NVLink (and a NIC is at most a PCIe
     switch away), so a tuner leaves it out elsewhere; a forced LL128 still runs, as with
-    ``NCCL_PROTO=LL128``.
+    ``NCCL_PROTO=LL128``. ``ll_enabled`` likewise for LL: a network plugin that cannot
+    promise LL's ordering sets NCCL_PROTO=simple (AWS's EFA plugin on p4d), and then a tuner
+    weighs Simple alone.
     ``injection_bandwidth`` is what one GPU's kernels move per second over all their
     channels together, each channel of a collective an even share (infinite: no limit).
     ``reducing_switches`` are the switch nodes that reduce and multicast in the switch
@@ -188,7 +190,13 @@ class Topology:
     each GPU's sends to other nodes under NVLS-tree on more than two nodes, as NCCL's cost
     model credits them: before NCCL 2.28.3 5/6 of the NIC, from 2.28.3 the whole NIC up to a
     ceiling per channel (0: at the rate they reach, ``tree_network_efficiency`` of it).
-    Only a tuner weighs it.
+    Only a tuner weighs it. ``tuner_net_latency`` is what NCCL's tuner counts on each hop
+    between nodes under each protocol besides the hop's latency: a network plugin reports a
+    latency for its devices (``ncclNetProperties_t.latency``: none from NCCL's own InfiniBand
+    transport, 75 us from AWS's EFA plugin on p4d and p5), which NCCL's tuner adds to NCCL's
+    own figure for the hop, twice under Simple (src/graph/tuning.cc, NVIDIA/nccl v2.22.3 to
+    v2.30.7), where the links hold what the hop takes; so this is the reported latency less
+    what the links hold beyond NCCL's figure. Only a tuner weighs it.
     """
 
     name: str
@@ -208,6 +216,7 @@ class Topology:
     net_message_gap: float = 0.0
     net_message_bandwidth: float = math.inf
     ll128_enabled: bool = True
+    ll_enabled: bool = True
     reducing_switches: tuple[str, ...] = ()
     switch_efficiency: float = 1.0
     tree_switch_efficiency: float | None = None
@@ -218,6 +227,7 @@ class Topology:
     channels: int | None = None
     net_overhead: float = 0.0
     tuner_nvls_tree_bandwidth: float = 0.0
+    tuner_net_latency: PerProtocol = NO_LAUNCH_LATENCY
     # Routes found so far, and each node's links out and in: made anew for every instance
     # (``dataclasses.replace`` too), so a copy with other links never sees stale routes.
     _routes: dict[tuple[int, int], tuple[int, ...]] = field(
@@ -283,9 +293,10 @@ class Topology:
         if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate >= 0):
             raise ValueError(f"topology {self.name!r}: tuner_nvls_tree_bandwidth must be >= 0 "
                              f"bytes/second (0: none), got {rate!r}")
-        if not isinstance(self.ll128_enabled, bool):
-            raise ValueError(f"topology {self.name!r}: ll128_enabled must be True or False, "
-                             f"got {self.ll128_enabled!r}")
+        for key in ("ll128_enabled", "ll_enabled"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"topology {self.name!r}: {key} must be True or False, "
+                                 f"got {getattr(self, key)!r}")
         ranked = set(self.ranks)
         if isinstance(self.reducing_switches, str):  # a name, not a tuple of names
             raise ValueError(f"topology {self.name!r}: reducing_switches must be a tuple of "
@@ -308,6 +319,9 @@ class Topology:
             raise ValueError(f"topology {self.name!r}: nvls_{error}") from None
         _check_seconds(self.switch_latency, f"topology {self.name!r}: switch_latency")
         _check_seconds(self.net_overhead, f"topology {self.name!r}: net_overhead")
+        if type(self.tuner_net_latency) is not PerProtocol:
+            raise ValueError(f"topology {self.name!r}: tuner_net_latency must be a "
+                             f"PerProtocol, got {self.tuner_net_latency!r}")
         _check_seconds(self.ring_slice_gap, f"topology {self.name!r}: ring_slice_gap")
         _check_seconds(self.net_message_gap, f"topology {self.name!r}: net_message_gap")
         if self.compute_speed and len(self.compute_speed) != len(self.ranks):

@@ -40,8 +40,11 @@ their whole rate up to a ceiling per channel, more than the sends reach; the tun
 what the topology says NCCL credits (``Topology.tuner_nvls_tree_bandwidth``). Across nodes NCCL
 multiplies a Simple ring all-reduce's latency by 1.4 once a channel's share of a rank
 exceeds 64 bytes ("plateau effect of ring", ``ncclTopoGetAlgoTime``), as the weight here
-does. So the pick is NCCL's, which is not always the candidate the estimates (and the
-message level) find fastest.
+does. Where the network plugin reports a latency for its devices (AWS's EFA plugin does),
+NCCL adds it to every hop between nodes of a ring, a tree or NVLS-tree, twice under
+Simple, and so does the weight here (``Topology.tuner_net_latency``). So the pick is
+NCCL's, which is not always the candidate the estimates (and the message level) find
+fastest.
 
 They are estimates: a pipeline's fill and drain overlap partly with its bottleneck, which
 the larger of the two terms ignores, so they come out a little low where the two are
@@ -121,7 +124,8 @@ class _Shape:
     # a tree channel's to a peer, a ring channel's to a peer on another node)
     busiest_for_nccl: float  # the same without the last and a GPU's LL128 ceiling (the
     # pipe at NCCL's rates), which NCCL's model lacks
-    posting: np.ndarray  # per ring: seconds NCCL's tuner adds once around it (_net_overhead)
+    posting: np.ndarray  # per ring or tree: seconds NCCL's tuner adds along its way
+    # (``_net_overhead``, ``_reported``)
     pipe: float  # seconds per byte of a part on the busiest sender's channel pipe
     protocol: Protocol
     crossings: np.ndarray  # per ring: its hops between nodes (trees: none counted)
@@ -213,7 +217,7 @@ class ModelTuner:
             choice: seconds for choice, seconds in self.estimates(collective, nbytes).items()
             if (in_switch or choice.algorithm not in IN_SWITCH)
             and protocol in (None, choice.protocol)}
-        if not estimates:  # algorithms given, or LL128 where the topology has it off
+        if not estimates:  # algorithms given, or a protocol the topology has off
             names = algorithms or [name for name in CANDIDATES[collective]
                                    if name not in IN_SWITCH]
             protocols = self.protocols() if protocol is None else [protocol]
@@ -234,8 +238,14 @@ class ModelTuner:
         (``in_switch_pace``), with no pipeline to fill; any other choice its estimate."""
         p = self.topology.size
         if choice.algorithm == "nvls_tree":
+            depth = self._node_trees(self.topology.node_count)[0]
             return (self.topology.launch_latency.of(choice.protocol, choice.algorithm)
-                    + self._nvls_tree(choice.channels, nbytes, filled=False, credited=True))
+                    + self._nvls_tree(choice.channels, nbytes, filled=False, credited=True)
+                    + 2 * depth * self._reported_hop(Protocol.SIMPLE))
+        if choice.algorithm == "tree" and p > 1:
+            comm = Comm(0, p, self.topology.local_size)
+            shape = self._shape("tree", comm, choice.channels, choice.protocol)
+            return seconds + float(shape.posting.max())
         if choice.algorithm != "ring" or p == 1:
             return seconds
         steps, shape = self._ring_steps(collective, choice)
@@ -257,9 +267,11 @@ class ModelTuner:
     def protocols(self) -> list[Protocol]:
         """The protocols NCCL weighs here unless told: all but LL128 where the topology
         does not enable it (``Topology.ll128_enabled``; NVIDIA/nccl v2.26.2
-        src/graph/tuning.cc, "Enable LL128 by default only on ...+NVLink")."""
-        return [protocol for protocol in Protocol
-                if protocol is not Protocol.LL128 or self.topology.ll128_enabled]
+        src/graph/tuning.cc, "Enable LL128 by default only on ...+NVLink"), and but LL
+        where it does not enable that (``Topology.ll_enabled``: NCCL_PROTO=simple)."""
+        enabled = {Protocol.LL: self.topology.ll_enabled,
+                   Protocol.LL128: self.topology.ll128_enabled}
+        return [protocol for protocol in Protocol if enabled.get(protocol, True)]
 
     def _no_in_switch(self, algorithm: str, where: str, other: str) -> str:
         topology = self.topology
@@ -474,8 +486,9 @@ class ModelTuner:
             between_nodes = src // per_node != dst // per_node
             capped = between_nodes if kind != "tree" else None
             latency, per_byte = self._route_costs(routes, protocol, channels, kind, capped)
-            posting = (self._net_overhead(latency, ~between_nodes, protocol) if kind == "ring"
-                       else np.zeros_like(latency))
+            posting = self._reported(between_nodes, protocol)
+            if kind == "ring":
+                posting += self._net_overhead(latency, ~between_nodes, protocol)
             links = self.topology.links
             bandwidth = np.array([link.bandwidth for link in links] + [np.inf])
             crossing = np.bincount(routes[routes >= 0], minlength=len(links) + 1)
@@ -502,6 +515,18 @@ class ModelTuner:
                                        np.array([int(capped[way].sum()) if capped is not None
                                                  else 0 for way in ways]))
         return self._shapes[key]
+
+    def _reported(self, between_nodes: np.ndarray, protocol: Protocol) -> np.ndarray:
+        """What NCCL's tuner adds to each hop (``between_nodes``: those from one node to
+        another) for the latency the network plugin reports (``_reported_hop``); 0 within a
+        node."""
+        return np.where(between_nodes, self._reported_hop(protocol), 0.0)
+
+    def _reported_hop(self, protocol: Protocol) -> float:
+        """What NCCL's tuner counts on a hop between nodes under ``protocol`` besides the
+        hop's latency, for the latency the network plugin reports
+        (``Topology.tuner_net_latency``)."""
+        return self.topology.tuner_net_latency.of(protocol)
 
     def _net_overhead(self, latency: np.ndarray, within: np.ndarray, protocol: Protocol
                       ) -> np.ndarray:

@@ -78,6 +78,10 @@ def test_every_published_table_reads_with_its_source(path) -> None:
      ("cluster-h100:nodes=10,gpus=4,nccl=2.29.2", "nccl_all_gather", {})),
     ("h100-10nodes-1gpu-default-allreduce-ncclcluster",
      ("cluster-h100:nodes=10,gpus=1", "nccl_allreduce", {})),
+    # EFA: AWS's instances, named in the machine line
+    ("h100-2nodes-default-awsp5keitaw", ("aws-p5:nodes=2", "nccl_allreduce", {})),
+    ("a100-2nodes-default-awsp4ddlami", ("aws-p4d:nodes=2", "nccl_allreduce", {})),
+    ("a100-2nodes-default-awsp4deawsome", ("aws-p4de:nodes=2", "nccl_allreduce", {})),
 ])
 def test_tables_map_to_the_model_their_headers_describe(name, model) -> None:
     assert fidelity.model_for(fidelity.read_table(PUBLISHED / f"{name}.csv")) == model
@@ -92,6 +96,13 @@ def test_an_algorithm_the_simulator_lacks_is_named(tmp_path) -> None:
     path.write_text(text.replace("NCCL_ALGO=RING", "NCCL_ALGO=NVLSTree"))
     assert (fidelity.model_for(fidelity.read_table(path))
             == "NCCL_ALGO=NVLSTree not modelled for this collective")
+
+
+def test_an_efa_machine_without_a_preset_is_named(tmp_path) -> None:
+    text = (PUBLISHED / "h100-2nodes-default-awsp5keitaw.csv").read_text()
+    path = tmp_path / "p5en.csv"
+    path.write_text(text.replace("p5.48xlarge", "p5en.48xlarge"))
+    assert fidelity.model_for(fidelity.read_table(path)) == "no preset for this EFA machine"
 
 
 def test_one_process_driving_eight_gpus_is_read_from_the_test_header() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from algorithms import nccl_all_gather, nccl_allreduce, ring_allreduce
 from algorithms.nccl import RING_CHUNK_BYTES
+from algorithms.ops import Protocol
 from simcomm import Link, SizeOnly, Topology, simulate
 from simcomm.presets import (
     GB, PUBLISHED_BUSBW, US, describe, list_presets, make_preset, ring_allreduce_busbw,
@@ -27,7 +28,8 @@ def _route(topology, src, dst):
 
 def test_list_presets_names_the_required_machines_with_one_line_each():
     assert {"dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200", "pcie-a100", "cluster-h100",
-            "cluster-a100", "cluster-h200", "cluster-b200", "fattree-h100"} <= set(PRESET_NAMES)
+            "cluster-a100", "cluster-h200", "cluster-b200", "fattree-h100", "aws-p4d",
+            "aws-p4de", "aws-p5"} <= set(PRESET_NAMES)
     for name, description in list_presets():
         assert description and "\n" not in description, name
 
@@ -153,6 +155,39 @@ def test_fewer_gpus_per_node_each_use_their_own_nic():
     assert nic == {48}
     # NVLS needs GPUs of a node to share its switch; one GPU a node has none to share.
     assert four.reducing_switches and not one.reducing_switches
+
+
+def test_aws_efa_figures():
+    # p5: a 400 Gb/s device per GPU (four EFA devices joined), AMD hosts; p4d and p4de: four
+    # 100 Gb/s EFA devices shared by the GPUs of a PCIe switch, Simple only. A hop between
+    # nodes takes NCCL's figures plus EFA's 20.4 us (twice under Simple on p4d, which
+    # flushes), and the tuner counts the plugin's 75 us (twice under Simple) in its place.
+    p5, p4d, p4de = (make_preset(f"aws-{kind}") for kind in ("p5", "p4d", "p4de"))
+    assert (p5.name, p4d.name) == ("aws-p5:nodes=2", "aws-p4d:nodes=2")
+    assert p5.size == p4d.size == 16 and p5.local_size == p4d.local_size == 8
+    assert _route(p5, 7, 8) == [("gpu7", "net"), ("net", "gpu8")]
+    assert _route(p4d, 1, 8) == [("gpu1", "node0.nic0"), ("node0.nic0", "net"),
+                                 ("net", "node1.nic0"), ("node1.nic0", "gpu8")]
+    hop = [p5.links[i] for i in p5.route(0, 8)]
+    assert sum(link.latency_of(Protocol.LL) for link in hop) == pytest.approx(23.1e-6)
+    assert sum(link.latency_of(Protocol.LL128, "tree") for link in hop) == pytest.approx(
+        28.9e-6)
+    assert sum(link.latency for link in hop) == pytest.approx(34.4e-6)
+    flushed = [p4d.links[i] for i in p4d.route(0, 8)]
+    assert sum(link.latency for link in flushed) == pytest.approx(54.8e-6)
+    assert p5.tuner_net_latency.of(Protocol.LL) == pytest.approx(54.6e-6)
+    assert p5.tuner_net_latency.simple == pytest.approx(129.6e-6)
+    assert p4d.tuner_net_latency.simple == pytest.approx(109.2e-6)
+    assert p5.ll_enabled and p5.ll128_enabled and p5.reducing_switches
+    assert not (p4d.ll_enabled or p4d.ll128_enabled or p4d.reducing_switches)
+    assert (p5.channels, p4d.channels) == (16, 8)
+    assert p5.ll_bandwidth == 22.5 * GB and math.isinf(p5.net_channel_bandwidth)
+    assert {round(link.bandwidth / GB, 6) for link in p5.links} == {47.5, 370.8}
+    assert 12 * GB in {link.bandwidth for link in p4d.links}
+    assert set(p4d.reduce_bandwidth) == {1555 * GB} and set(p4de.reduce_bandwidth) == {2039 * GB}
+    assert make_preset("aws-p5:nodes=4,gpus=4").name == "aws-p5:nodes=4,gpus=4"
+    assert "reported latency" in describe(p5) and "leaves out unless told: LL, LL128" in (
+        describe(p4d))
 
 
 def test_h200_and_b200_figures():
@@ -306,6 +341,8 @@ def test_fattree_uplinks_follow_the_oversubscription():
     ("cluster-a100:nics=0", "nics must be an int >= 1"),
     ("cluster-a100:nics=16", "nics must divide the 8 GPUs of a node, got 16"),
     ("cluster-h100:nodes=two", "nodes must be an int, got 'two'"),
+    ("aws-p4d:nics=8", "has no parameter 'nics' (it takes: nodes, channels)"),
+    ("aws-p5:gpus=9", "gpus must be at most 8, got 9"),
     ("cluster-h100:nodes=1.5", "nodes must be an int"),
     ("cluster-h100:nodes=0", "nodes must be an int >= 1"),
     ("cluster-h100:nodes", "write parameters as key=value"),

@@ -548,6 +548,19 @@ def test_ll128_left_out_of_the_tuner_by_a_file_is_still_run_when_forced() -> Non
         parse_topology(text.replace("ll128_enabled = false", 'll128_enabled = "no"'))
 
 
+def test_a_file_can_leave_ll_out_and_give_what_the_tuner_counts_between_machines() -> None:
+    text = ('gpus = 4\nlocal_size = 2\nll_enabled = false\nll128_enabled = false\n'
+            'tuner_net_latency = "150us"\ntuner_net_latency_ll = "75us"\n'
+            'defaults = { bandwidth = "24GB/s", latency = "5us" }\nswitches = ["sw"]\n'
+            'link = [{ src = ["gpu0", "gpu1", "gpu2", "gpu3"], dst = "sw" }]')
+    topology = parse_topology(text)
+    assert not topology.ll_enabled and ModelTuner(topology).protocols() == [Protocol.SIMPLE]
+    assert topology.tuner_net_latency == PerProtocol(150e-6, 75e-6, 150e-6)
+    assert parse_topology(dump_topology(topology)) == topology
+    with pytest.raises(TopologyFileError, match="tuner_net_latency_ll128"):
+        parse_topology(text + '\ntuner_net_latency_ll128 = "-1us"')
+
+
 def test_a_local_size_that_does_not_divide_the_ranks_is_refused() -> None:
     with pytest.raises(TopologyFileError, match="local_size must be an int >= 1 that divides"):
         parse_topology('gpus = 3\nlocal_size = 2\ndefaults = { bandwidth = "1GB/s", '

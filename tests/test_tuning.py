@@ -26,6 +26,7 @@ from algorithms.harness.tuner_file import (
 from algorithms.ops import Choice
 from algorithms.tuned import IN_SWITCH
 from simcomm import SizeOnly, simulate
+from simcomm.topology import PerProtocol
 from simcomm.cli import main
 from simcomm.presets import make_preset
 from simcomm.tuning import CANDIDATES, RING_PLATEAU, ModelTuner
@@ -706,3 +707,45 @@ def test_an_a100s_ll128_ceiling_slows_the_ring_but_not_nccls_pick() -> None:
     assert choice.protocol is Protocol.LL128
     assert tuner.estimate("allreduce", choice, nbytes) == pytest.approx(
         free.estimate("allreduce", choice, nbytes), rel=1e-9)
+
+
+def test_the_latency_a_network_plugin_reports_is_weighed_on_every_hop_between_nodes() -> None:
+    # AWS's EFA plugin reports 75 us, which NCCL's tuner adds to its own figure for each hop
+    # between nodes, twice under Simple. On two p5 nodes that keeps the tree under LL128 at
+    # 32 MiB where the same nodes with nothing reported take NVLS-tree (two hops of 150 us
+    # against the tree's two of 75), as the p5 tables measure (439.7 to 459.2 us at 32 MiB,
+    # where InfiniBand H100 clusters running NVLS-tree take 267.9 to 274.8).
+    p5 = make_preset("aws-p5")
+    weighed, unweighed = ModelTuner(p5), ModelTuner(replace(p5, tuner_net_latency=PerProtocol(
+        0.0, 0.0, 0.0)))
+    picked, unreported = weighed("allreduce", 32 << 20), unweighed("allreduce", 32 << 20)
+    assert (picked.algorithm, picked.protocol) == ("tree", Protocol.LL128)
+    assert (unreported.algorithm, unreported.protocol) == ("nvls_tree", Protocol.SIMPLE)
+    # The weight is the estimate plus what is counted on each hop between nodes of the
+    # deepest way (up and down): the links' latencies hold EFA's own time already.
+    choice = Choice("tree", Protocol.LL, 16)
+    estimate = weighed.estimate("allreduce", choice, 4096)
+    assert weighed._weigh("allreduce", choice, 4096, estimate) == pytest.approx(
+        estimate + 2 * 54.6e-6)
+    ring = Choice("ring", Protocol.SIMPLE, 16)
+    gap = (weighed._weigh("allreduce", ring, 1 << 20, 0.0)
+           - unweighed._weigh("allreduce", ring, 1 << 20, 0.0))
+    # 30 steps of a 16-rank ring, 2 of each 16 between nodes, 129.6 us each, times the
+    # plateau NCCL applies to a Simple ring across nodes.
+    assert gap == pytest.approx(30 * 2 / 16 * 129.6e-6 * 1.4)
+
+
+def test_a_plugin_that_sets_nccl_proto_simple_leaves_the_tuner_simple_alone() -> None:
+    # AWS's plugin sets NCCL_PROTO=simple on p4d: every call runs under Simple unless a
+    # protocol is forced, which still runs.
+    topology = make_preset("aws-p4d")
+    tuner = ModelTuner(topology)
+    assert tuner.protocols() == [Protocol.SIMPLE]
+    assert {tuner("allreduce", 1 << k).protocol for k in range(3, 31)} == {Protocol.SIMPLE}
+    assert tuner.best_with("allreduce", 4096, "ll").protocol is Protocol.LL
+    nccl_allreduce = get_collective("nccl_allreduce").function
+    inputs = [SizeOnly(1024, np.float32)] * topology.size
+    assert simulate(nccl_allreduce, inputs, topology).launches[0].describe() == (
+        "tree/SIMPLE/1")
+    forced = simulate(nccl_allreduce, inputs, topology, protocol="ll")
+    assert forced.launches[0].describe().split("/")[1] == "LL"
