@@ -76,6 +76,7 @@ AUTO_MESSAGE_LIMIT = 200_000
 # is taken at the larger of its two sizes (one element more), a bound from above.
 _MAX_UNEVEN_STEP_RANKS = 50_000_000
 _HEAD_RESOLUTION = 1e15  # per second: heads are compared to a femtosecond (see _Traffic)
+_TICK_NOISE = 1e-20  # seconds: ten of the engine's ticks, what its rounding of latencies makes
 _NO_DATA = ("the collective level moves no data: give size-only buffers (SizeOnly), or run "
             "real data at the message level")
 
@@ -379,21 +380,26 @@ class _Traffic:
     def contended(self) -> bool:
         """Whether the engine might have served some link otherwise: two messages held it
         at once (touching is fine); one whose head came later went first (a burst's
-        messages queue in the order given, the engine's in the order their heads come); or
-        the heads of two bursts' messages of two batches came at one instant (the engine
-        then goes by the order it scheduled them in, which the batches need not follow)."""
+        messages queue in the order given, the engine's in the order their heads come),
+        heads within a femtosecond included, which ``_queue`` takes as one instant where
+        the engine's tick tells them apart; or the heads of two bursts' messages of two
+        batches came at one instant (the engine then goes by the order it scheduled them
+        in, which the batches need not follow)."""
         if not self.holds:
             return False
         link, head, enter, end, burst, batch = (np.concatenate(parts)
                                                 for parts in zip(*self.holds))
         order = np.lexsort((end, enter, link))
         link, enter, end = link[order], enter[order], end[order]
-        burst, batch = burst[order], batch[order]
-        head = np.round(head[order] * _HEAD_RESOLUTION)  # one instant as in _queue
+        burst, batch, exact = burst[order], batch[order], head[order]
+        head = np.round(exact * _HEAD_RESOLUTION)  # one instant as in _queue
+        # Beyond float sums' noise and a few of the engine's ticks, a later head went first.
+        overtaken = exact[1:] < exact[:-1] - (1e-12 * np.abs(exact[:-1]) + _TICK_NOISE)
         same = link[1:] == link[:-1]
         tie = ((head[1:] == head[:-1]) & (batch[1:] != batch[:-1])
                & (burst[1:] != burst[:-1]))
-        return bool((same & ((enter[1:] < end[:-1]) | (head[1:] < head[:-1]) | tie)).any())
+        return bool((same & ((enter[1:] < end[:-1]) | (head[1:] < head[:-1]) | overtaken
+                             | tie)).any())
 
 
 def _binomial_reduce(traffic: _Traffic, times: np.ndarray, root: int, nbytes: float,

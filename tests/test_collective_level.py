@@ -103,6 +103,27 @@ def test_trees_and_flat_forms_equal_the_message_level_where_no_two_messages_meet
         assert collective.messages == message.messages
 
 
+@pytest.mark.parametrize("way, count", [(1.0e-16, 0), (5.9e-7, 1)])
+def test_heads_apart_by_less_than_a_femtosecond_in_the_other_order_are_not_called_exact(
+        way: float, count: int) -> None:
+    # Found by the random profile: a flat reduce whose second sender's message reaches the
+    # root's link 0.13 fs before the first's (alone, or after half a microsecond, where the
+    # two then queue for 2 ns each). Heads within a femtosecond count as one instant,
+    # queued in rank order, where the engine, to its 1e-21 s tick, serves the earlier head
+    # first; the model must not call such a result exact.
+    links = [Link("gpu1", "sw", 1e9, 2.0e-16 + way), Link("gpu2", "sw", 1e9, 0.7e-16 + way),
+             Link("sw", "gpu0", 1e9, 1.0e-16)]
+    links += [Link(link.dst, link.src, 1e9, link.latency) for link in links]
+    topology = Topology("sub-femtosecond", ("gpu0", "gpu1", "gpu2", "sw"), tuple(links),
+                        ("gpu0", "gpu1", "gpu2"), (math.inf,) * 3)
+    message, collective = _both_levels(reduce, topology, count, np.float16, root=0)
+    assert message.finish_times[2] < message.finish_times[1]
+    if collective.exact:
+        _check_equal(message, collective)
+    else:
+        assert collective.time <= message.time * (1 + 1e-9) + 1e-15
+
+
 @st.composite
 def _all_to_all_cases(draw):
     topology = _any_topology(draw)
