@@ -231,7 +231,7 @@ NEWEST_NCCL = "2.30"
 # Blackwell (NVLS_NCHANNELS_SM100, NVIDIA/nccl v2.26.2 src/transport/nvls.cc).
 BLACKWELL_NVLS_CHANNELS = 32
 # AWS's EFA network (Elastic Fabric Adapter), which NCCL drives through AWS's plugin
-# (aws/aws-ofi-nccl; src/platform-aws.c at v1.9.2-aws, the same figures to v1.18). A
+# (aws/aws-ofi-nccl; src/platform-aws.c at v1.9.2-aws, the same figures to v1.21.1). A
 # p5.48xlarge has 32 EFA devices of 100 Gb/s, four per GPU, which the plugin joins into one
 # 400 Gb/s device per GPU ("NIC group", its RDMA protocol); four EFA devices of a p5 write
 # 380 Gb/s together (crazyguitar/Libefaxx, experiments/write/README.md, commit a86dbc4e),
@@ -281,8 +281,7 @@ def _tuner_over_efa(flushed: bool) -> PerProtocol:
     simple = 2 * EFA_REPORTED_US - EFA_EXTRA_US * (2 if flushed else 1)
     other = EFA_REPORTED_US - EFA_EXTRA_US
     return PerProtocol(microseconds(simple), microseconds(other), microseconds(other))
-# p5.48xlarge hosts have AMD EPYC CPUs (3rd generation), p4d.24xlarge hosts Intel Xeon
-# (Cascade Lake) (AWS, "Amazon EC2 P5 Instances" and "Amazon EC2 P4 Instances").
+
 
 # Modelling choice, no published figure: a hop between leaf and spine switches adds nothing.
 # Switch vendors quote sub-microsecond port-to-port latencies, small beside the 14 us above,
@@ -414,6 +413,8 @@ DGX_B200 = NodeFigures(B200_NVLINKS * B200_NVLINK_DATA, B200_HBM, NDR_NIC_DATA,
                        nvls_tree_channel=BLACKWELL_NVLS_TREE_CHANNEL)
 
 # AWS's instances with EFA (the figures above): their GPUs and NVSwitches as the DGX nodes'.
+# p5.48xlarge hosts have AMD EPYC CPUs (3rd generation), p4d.24xlarge hosts Intel Xeon
+# (Cascade Lake) (AWS, "Amazon EC2 P5 Instances" and "Amazon EC2 P4 Instances").
 AWS_P4D = replace(DGX_A100, hbm=A100_40GB_SXM_HBM, nic=EFA_100G_DATA, nics=4,
                   ll_across=INTEL_HOSTS_LL_BANDWIDTH, net_overhead=INTEL_HOSTS_NET_OVERHEAD,
                   net_latency=EFA_FLUSHED_STEP_LATENCY,
