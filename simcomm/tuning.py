@@ -125,7 +125,7 @@ class _Shape:
     busiest_for_nccl: float  # the same without the last and a GPU's LL128 ceiling (the
     # pipe at NCCL's rates), which NCCL's model lacks
     posting: np.ndarray  # per ring or tree: seconds NCCL's tuner adds along its way
-    # (``_net_overhead``, ``_reported``)
+    # (``_net_overhead``, ``Topology.tuner_net_latency``)
     pipe: float  # seconds per byte of a part on the busiest sender's channel pipe
     protocol: Protocol
     crossings: np.ndarray  # per ring: its hops between nodes (trees: none counted)
@@ -241,7 +241,7 @@ class ModelTuner:
             depth = self._node_trees(self.topology.node_count)[0]
             return (self.topology.launch_latency.of(choice.protocol, choice.algorithm)
                     + self._nvls_tree(choice.channels, nbytes, filled=False, credited=True)
-                    + 2 * depth * self._reported_hop(Protocol.SIMPLE))
+                    + 2 * depth * self.topology.tuner_net_latency.simple)
         if choice.algorithm == "tree" and p > 1:
             comm = Comm(0, p, self.topology.local_size)
             shape = self._shape("tree", comm, choice.channels, choice.protocol)
@@ -486,7 +486,10 @@ class ModelTuner:
             between_nodes = src // per_node != dst // per_node
             capped = between_nodes if kind != "tree" else None
             latency, per_byte = self._route_costs(routes, protocol, channels, kind, capped)
-            posting = self._reported(between_nodes, protocol)
+            # NCCL's tuner counts the network plugin's reported latency on each hop between
+            # nodes (``Topology.tuner_net_latency``).
+            posting = np.where(between_nodes, self.topology.tuner_net_latency.of(protocol),
+                               0.0)
             if kind == "ring":
                 posting += self._net_overhead(latency, ~between_nodes, protocol)
             links = self.topology.links
@@ -515,18 +518,6 @@ class ModelTuner:
                                        np.array([int(capped[way].sum()) if capped is not None
                                                  else 0 for way in ways]))
         return self._shapes[key]
-
-    def _reported(self, between_nodes: np.ndarray, protocol: Protocol) -> np.ndarray:
-        """What NCCL's tuner adds to each hop (``between_nodes``: those from one node to
-        another) for the latency the network plugin reports (``_reported_hop``); 0 within a
-        node."""
-        return np.where(between_nodes, self._reported_hop(protocol), 0.0)
-
-    def _reported_hop(self, protocol: Protocol) -> float:
-        """What NCCL's tuner counts on a hop between nodes under ``protocol`` besides the
-        hop's latency, for the latency the network plugin reports
-        (``Topology.tuner_net_latency``)."""
-        return self.topology.tuner_net_latency.of(protocol)
 
     def _net_overhead(self, latency: np.ndarray, within: np.ndarray, protocol: Protocol
                       ) -> np.ndarray:
