@@ -14,7 +14,9 @@ The rules:
   has run (each task its own generator object). The child runs first, until it blocks; then
   its spawner goes on.
 * ``Send`` and ``Recv`` name a peer other than the rank itself, inside the world. They
-  return a handle that the task that posted it waits exactly once, before the task returns.
+  return a handle that a task of the same rank waits exactly once (the one that posted it,
+  or another: a tree's down stream waits on its up stream's sends, and its up stream on
+  the down stream's), before the rank's main task returns.
   ``Multicast`` and ``RecvReduce`` are a ``Send`` or a reducing ``Recv`` per peer, and
   return a handle per peer. A ``Send`` with ``in_switch`` is matched by a ``RecvReduce``'s
   receive and by nothing else, and a ``RecvReduce``'s receives by such sends only.
@@ -122,6 +124,14 @@ class Task:
         self.done = False
         self.result: Any = None
         self.blocked_on = ""  # what a blocked task waits for, in words, besides handles
+
+
+def _task_tree(task: Task) -> list[Task]:
+    """``task`` and every task it spawned, and they spawned, and so on."""
+    tasks = [task]
+    for t in tasks:
+        tasks += t.children
+    return tasks
 
 
 class Handle:
@@ -372,10 +382,12 @@ class Interpreter(ABC):
 
     def finish(self, task: Task, result: Any) -> None:
         """``task`` returned ``result``: check it left nothing behind, then wake its joiners."""
-        if task.outstanding:
-            waits = "; ".join(h.describe() for h in task.outstanding)
-            raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) returned without "
-                                f"waiting for: {waits}")
+        if task.channel == MAIN_CHANNEL:  # a spawned task may leave its handles to others
+            unwaited = [h for t in _task_tree(task) for h in t.outstanding]
+            if unwaited:
+                waits = "; ".join(h.describe() for h in unwaited)
+                raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) returned "
+                                    f"without waiting for: {waits}")
         unjoined = [c.channel for c in task.children if not c.joined]
         if unjoined:
             raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) returned without "
@@ -448,13 +460,13 @@ class Interpreter(ABC):
             if not isinstance(h, Handle):
                 raise ProtocolError(f"rank {task.rank} waited on {_named(h, task)}, which is "
                                     "not a Send or Recv handle (join tasks with Join)")
-            if h.task is not task:
+            if h.task.rank != task.rank:
                 raise ProtocolError(f"rank {task.rank} (channel {task.channel!r}) waited on a "
-                                    "handle that another task posted")
+                                    f"handle that rank {h.task.rank} posted")
             if h.waited:
                 raise ProtocolError(f"rank {task.rank} waited twice on its {h.describe()}")
             h.waited = True
-            del task.outstanding[h]
+            del h.task.outstanding[h]
             if not h.done:
                 pending += 1
         if self.in_flight:  # buffers with memory (not size-only runs)

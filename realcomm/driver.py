@@ -811,6 +811,9 @@ class _Run(Interpreter):
 
     def wait(self, task: _Task, op: Wait) -> Any:
         self._flush(task)
+        for h in op.handles:  # a handle another task posted (checked below to be a handle)
+            if isinstance(h, _Handle) and h.task is not task:
+                self._flush(h.task)
         self.accept_wait(task, op.handles)
         self.waiting.append((task, op.handles, time.monotonic() + self.driver.timeout))
         return BLOCKED

@@ -243,6 +243,9 @@ class _Simulation(Interpreter):
         # Per rank, with data only: its receives whose data have not landed yet, waited or
         # not, by memory (see _land).
         self.unlanded: dict[int, InFlight] = {}
+        # Handles that a task waits on which another task of its rank posted, and the task
+        # that waits on each (a tree's down stream waits on its up stream's sends).
+        self.waiters: dict[_Handle, _Task] = {}
         self.topology = topology
         self.record = record
         self.links = topology.links
@@ -717,7 +720,7 @@ class _Simulation(Interpreter):
                                          self.env.now / TICKS_PER_SECOND, h.peer,
                                          h.buf.nbytes, h.label, h.message))
         if h.waited:  # its task waits on it (a handle done before its Wait never blocks)
-            task = h.task
+            task = self.waiters.pop(h, h.task) if self.waiters else h.task
             task.pending -= 1
             if task.pending == 0:
                 handles, task.wait_handles = task.wait_handles, None
@@ -734,6 +737,9 @@ class _Simulation(Interpreter):
                 self._apply(task, op.handles)
             return None
         task.pending, task.wait_handles = pending, op.handles
+        for h in op.handles:
+            if h.task is not task and not h.done:
+                self.waiters[h] = task
         return BLOCKED
 
     def _apply(self, task: _Task, handles: Sequence[_Handle]) -> None:

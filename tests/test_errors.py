@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from algorithms import (
-    SUM, Combine, Comm, Compute, Copy, Join, Recv, Send, Spawn, Wait, broadcast, reduce,
+    SUM, Combine, Comm, Compute, Copy, Join, Recv, Send, Sleep, Spawn, Wait, broadcast, reduce,
     ring_allreduce,
 )
 from algorithms.harness.catalog import COLLECTIVES
@@ -254,22 +254,21 @@ def wait_on_a_list(comm, x):
         yield Wait((yield Recv(1, x)))
 
 
-def wait_on_another_tasks_handle(comm, x):
-    if comm.rank == 2:
-        yield Wait((yield Recv(1, x)))
-        return
-    if comm.rank == 0:
-        return
+def waits_on_another_ranks_handle():
+    # A task may wait on a handle another task of its rank posted, not on another rank's.
     handles = []
-    task = yield Spawn(send_and_stash(x, handles), 1)
-    yield Wait(handles[0])
-    yield Join(task)
 
-
-def send_and_stash(x, handles):
-    handles.append((yield Send(2, x)))
-    yield Compute(1e-3)
-    yield Wait(handles[0])
+    def wait_on_another_ranks_handle(comm, x):
+        if comm.rank == 2:
+            yield Wait((yield Recv(1, x)))
+        elif comm.rank == 1:
+            handles.append((yield Send(2, x)))
+            yield Sleep(1e-3)
+            yield Wait(handles[0])
+        else:
+            yield Sleep(1e-4)
+            yield Wait(handles[0])
+    return wait_on_another_ranks_handle
 
 
 def yield_a_non_op(comm, x):
@@ -298,8 +297,8 @@ PROTOCOL_ERRORS = [
                           r"channels \[1\]"),
     (wait_on_a_task, r"rank 0 waited on a task of rank 0 \(channel 1\), which is not a Send "
                      r"or Recv handle"),
-    (wait_on_another_tasks_handle, r"rank 1 \(channel 0\) waited on a handle that another "
-                                   r"task posted"),
+    (waits_on_another_ranks_handle(), r"rank 0 \(channel 0\) waited on a handle that rank 1 "
+                                      r"posted"),
     (yield_a_non_op, r"rank 0 yielded 42, which is not an op"),
 ]
 
