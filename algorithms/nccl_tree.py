@@ -20,6 +20,7 @@ chunk fully reduced first, so every rank ends with the root's bits.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -63,9 +64,14 @@ def tree_chunk_bytes(protocol: Protocol, nbytes: int, channels: int, nodes: int,
 
 
 def tree_channels(channels: int) -> list[str]:
-    """The channel names the trees are spawned on (a transport that maps channels to
-    process groups declares them up front)."""
-    return [f"tree {c}" for c in range(channels)]
+    """The channel names the trees are spawned on, a channel's up stream and its down
+    stream apart (a transport that maps channels to process groups declares them up
+    front)."""
+    return [f"tree {c}" for c in range(channels)] + [_down_channel(c) for c in range(channels)]
+
+
+def _down_channel(channel: int) -> str:
+    return f"tree {channel} down"
 
 
 def _check_node(nodes: int, index: int) -> None:
@@ -148,24 +154,19 @@ def nccl_tree_allreduce(comm: Comm, x: Any, op: ReduceOp = SUM, channels: int = 
     yield Launch(wire, "tree", count)
 
     def on_channel(channel: int, part: Any) -> Schedule:
-        parent, children, depth = tree_position(comm, channel, 2 * channel // count)
+        parent, children, _ = tree_position(comm, channel, 2 * channel // count)
         # At least one element a chunk, however small chunk_bytes is.
         chunks = split_even(part, max(1, min(len(part), math.ceil(part.nbytes / chunk_bytes))))
-        # A chunk sent up comes back after a round trip to the root, 2 x depth hops, each
-        # costing a hop's latency besides the chunk's transfer (on the network about as
-        # much again): so many chunk-times go by, and so many more chunks go up, before
-        # this rank waits for its first result. A lag of one chunk per hop made the two
-        # streams wait on each other: 6.2 ms for 1 GiB on two DGX H100 nodes, against
-        # 5.4 ms with two, and 5.1 ms of work on the busiest link.
-        return _reduce_and_broadcast(comm, chunks, parent, children, 4 * depth, op, wire)
+        return _reduce_and_broadcast(comm, chunks, parent, children, op, wire,
+                                     _down_channel(channel))
 
     parts = split_even(x, count)
     if count == 1:  # one channel needs no task of its own
         yield from on_channel(0, parts[0])
         return x
     tasks = []
-    for channel, name in enumerate(tree_channels(count)):
-        tasks.append((yield Spawn(on_channel(channel, parts[channel]), name)))
+    for channel in range(count):
+        tasks.append((yield Spawn(on_channel(channel, parts[channel]), f"tree {channel}")))
     for task in tasks:
         yield Join(task)
     return x
@@ -223,38 +224,50 @@ def node_depth(nodes: int, node: int, tree: int) -> int:
 
 
 def _reduce_and_broadcast(comm: Comm, chunks: list[Any], parent: int, children: list[int],
-                          lag: int, op: ReduceOp, wire: Protocol) -> Schedule:
-    """Pipeline ``chunks`` up the tree and back down: step s reduces chunk s and passes it
-    up, then takes chunk s - ``lag`` from the parent and passes it down. With ``lag`` the
-    chunks that go up while one makes its round trip, neither stream waits for the other.
+                          op: ReduceOp, wire: Protocol, down_channel: str) -> Schedule:
+    """Pipeline ``chunks`` up the tree and back down in two streams, as NCCL's kernel splits
+    a channel's warps between them (``runTreeSplit``): this task reduces chunk k (its own
+    data and its children's) and passes it up; a task on ``down_channel`` takes chunk k's
+    result from the parent (at the root: the sum) and passes it down. Neither stream waits
+    for the other, so a chunk's round trip to the root holds up no chunk behind it.
     """
-    ups: dict[int, Any] = {}  # chunk -> its send up, waited before the result lands on it
+    # Chunks the up stream is done with, each with its send up (None at the root), in order;
+    # the down stream takes them from the front. It ends whenever it runs out and is started
+    # again with the next one: only a task's end can tell another task anything.
+    ready: deque[tuple[int, Any]] = deque()
+    tasks: list[Any] = []  # the down stream's tasks, the last one maybe still running
     downs: list[Any] = []  # sends down, waited at the end: nothing writes their chunks again
+    running = False
 
-    def reduce_up(k: int) -> Schedule:
+    def down_stream() -> Schedule:
+        nonlocal running
+        while ready:
+            k, up = ready.popleft()
+            label = f"broadcast {k}"
+            if up is not None:
+                received = yield Recv(parent, chunks[k], label=label)
+                yield Wait(received, up)  # the result lands where the chunk left from
+            for child in children:
+                downs.append((yield Send(child, chunks[k], label, wire)))
+        running = False
+
+    for k, chunk in enumerate(chunks):
         label = f"reduce {k}"
         received = []
         for child in children:
-            received.append((yield Recv(child, chunks[k], op, label)))
+            received.append((yield Recv(child, chunk, op, label)))
         if received:
             yield Wait(*received)
+        up = None
         if parent != -1:
-            ups[k] = yield Send(parent, chunks[k], label, wire)
-        elif op is AVG and comm.size > 1 and len(chunks[k]) > 0:
-            yield Divide(chunks[k], comm.size)  # the root holds the sum: divide it once
-
-    def broadcast_down(k: int) -> Schedule:
-        label = f"broadcast {k}"
-        if parent != -1:
-            received = yield Recv(parent, chunks[k], label=label)
-            yield Wait(received, ups.pop(k))  # the result lands where the chunk left from
-        for child in children:
-            downs.append((yield Send(child, chunks[k], label, wire)))
-
-    for step in range(len(chunks) + lag):
-        if step < len(chunks):
-            yield from reduce_up(step)
-        if step >= lag:
-            yield from broadcast_down(step - lag)
+            up = yield Send(parent, chunk, label, wire)
+        elif op is AVG and comm.size > 1 and len(chunk) > 0:
+            yield Divide(chunk, comm.size)  # the root holds the sum: divide it once
+        ready.append((k, up))
+        if not running:
+            running = True
+            tasks.append((yield Spawn(down_stream(), down_channel)))
+    for task in tasks:
+        yield Join(task)
     if downs:
         yield Wait(*downs)

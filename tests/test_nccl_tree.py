@@ -108,8 +108,8 @@ def test_cross_node_messages_follow_the_double_binary_tree_head_to_head() -> Non
     # 1 through local rank 1.
     result = run(nccl_tree_allreduce, hierarchical(4, 2, 1e11, 1e-6, 1e10, 5e-6), 64)
     for channel, tree in (("tree 0", 0), ("tree 1", 1)):
-        across = {(e.rank, e.peer) for e in result.sends()
-                  if e.channel == channel and e.rank // 2 != e.peer // 2}
+        across = {(e.rank, e.peer) for e in result.sends()  # up, and down on its own stream
+                  if e.channel in (channel, f"{channel} down") and e.rank // 2 != e.peer // 2}
         edges = tree_edges(4, tree)
         head = tree
         assert across == ({(2 * c + head, 2 * p + head) for c, p in edges}
@@ -122,7 +122,7 @@ def test_within_a_node_each_channel_chains_the_gpus_from_its_own_head() -> None:
     result = run(nccl_tree_allreduce, hierarchical(2, 4, 1e11, 1e-6, 1e10, 5e-6), 64)
     for c in range(4):
         within = {(e.rank, e.peer) for e in result.sends()
-                  if e.channel == f"tree {c}" and e.rank // 4 == e.peer // 4}
+                  if e.channel in (f"tree {c}", f"tree {c} down") and e.rank // 4 == e.peer // 4}
         links = {(4 * n + (c + j) % 4, 4 * n + (c + j + 1) % 4) for n in (0, 1) for j in range(3)}
         assert within == links | {(b, a) for a, b in links}
 
