@@ -174,6 +174,16 @@ def never_waited(comm, x):
         yield Wait((yield Recv(1, x)))
 
 
+def never_waited_by_any_task(comm, x):
+    # A spawned task may leave its handle for another task to wait on; here none does.
+    if comm.rank == 1:
+        yield Join((yield Spawn(send_only(x), 1)))
+
+
+def send_only(x):
+    yield Send(2, x)
+
+
 def waited_twice(comm, x):
     if comm.rank == 1:
         handle = yield Send(2, x)
@@ -277,6 +287,8 @@ def yield_a_non_op(comm, x):
 
 PROTOCOL_ERRORS = [
     (never_waited, r"rank 1 \(channel 0\) returned without waiting for: Send to rank 2"),
+    (never_waited_by_any_task, r"rank 1 \(channel 0\) returned without waiting for: Send to "
+                               r"rank 2 on channel 1"),
     (waited_twice, r"rank 1 waited twice on its Send to rank 2"),
     (peer_out_of_range, r"rank 1 posted a Send with peer 3, but the world has 3 ranks"),
     (send_to_self, r"rank 1 posted a Send to itself"),

@@ -183,6 +183,18 @@ def test_hierarchical_crosses_nodes_only_along_rails() -> None:
 
 # -- time ----------------------------------------------------------------------------------
 
+def test_a_chunks_round_trip_holds_up_no_chunk_behind_it() -> None:
+    # Two nodes of one GPU, 100 us apart, 16 chunks of 6.55 us each on the wire: the first
+    # chunk goes up and comes back (2 x 100 us + 2 chunk-times), the other 15 follow one
+    # chunk-time apart, as the up and down streams run side by side (NCCL's runTreeSplit).
+    # In one sequence that waited on each chunk four chunks after sending it, the round
+    # trip stalled the stream four times: 852 us.
+    latency, chunk = 100e-6, 1 << 16
+    result = run(nccl_tree_allreduce, hierarchical(2, 1, 1e11, 1e-6, 1e10, latency), 1 << 18,
+                 channels=1, chunk_bytes=chunk)
+    assert result.time == pytest.approx(2 * latency + 17 * chunk / 1e10)
+
+
 @pytest.mark.parametrize("protocol", list(Protocol), ids=lambda p: p.value)
 def test_the_tree_beats_the_ring_on_small_calls_across_nodes(protocol) -> None:
     # 32 ranks: the ring takes 2 x 31 steps, the tree a round trip of about 2 x (7 + 2) hops.
