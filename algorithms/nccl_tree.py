@@ -266,7 +266,7 @@ def _reduce_and_broadcast(comm: Comm, chunks: list[Any], parent: int, children: 
         ready.append((k, up))
         if not running:
             running = True
-            tasks.append((yield Spawn(down_stream(), down_channel)))
+            tasks.append((yield Spawn(down_stream(), down_channel, shares_rate=True)))
     for task in tasks:
         yield Join(task)
     if downs:

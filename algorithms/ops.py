@@ -335,16 +335,22 @@ class Spawn:
     """Run ``schedule`` (a generator of ops) concurrently on ``channel``; returns a task.
 
     Messages of concurrent tasks must not cross, so each live task of a rank needs its own
-    channel; ranks talk to each other on the same channel name.
+    channel; ranks talk to each other on the same channel name. With ``shares_rate`` the
+    task sends at its spawner's rate, the share of the GPU its channel's kernel gets, which
+    only a cost model heeds: NCCL's tree runs its up and down streams on the threads of one
+    channel.
     """
 
     schedule: Generator[Any, Any, Any]
     channel: Hashable
+    shares_rate: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.schedule, Generator):
             raise TypeError(
                 f"Spawn.schedule must be a generator (call the algorithm), got {self.schedule!r}")
+        if self.shares_rate is not False and self.shares_rate is not True:
+            raise TypeError(f"Spawn.shares_rate must be a bool, got {self.shares_rate!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -113,10 +113,11 @@ class Task:
     """
 
     __slots__ = ("rank", "channel", "gen", "outstanding", "children", "joiners", "joined",
-                 "done", "result", "blocked_on")
+                 "done", "result", "blocked_on", "rate_channel")
 
     def __init__(self, rank: int, channel: Hashable, gen: Generator[Any, Any, Any]) -> None:
         self.rank, self.channel, self.gen = rank, channel, gen
+        self.rate_channel = channel  # whose share of the GPU it sends at (Spawn.shares_rate)
         self.outstanding: dict[Handle, None] = {}  # posted, not yet waited; in posting order
         self.children: list[Task] = []
         self.joiners: list[Task] = []
@@ -403,6 +404,8 @@ class Interpreter(ABC):
 
     def spawn(self, task: Task, op: Spawn) -> Any:
         child = self.open_task(task.rank, op.schedule, op.channel)
+        if op.shares_rate:
+            child.rate_channel = task.rate_channel
         task.children.append(child)
         return self.run_child_first(task, child)
 

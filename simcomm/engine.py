@@ -24,7 +24,8 @@ Cost model (alpha-beta with contention):
   topology's launch latency under its protocol.
 * Where the topology limits what a GPU's kernels move (``Topology.injection_bandwidth``,
   under LL ``Topology.ll_bandwidth``, under LL128 ``Topology.ll128_bandwidth``), a message
-  first crosses its channel's pipe on its sender: a link with no latency and an even share
+  first crosses its channel's pipe on its sender (a task spawned with ``shares_rate``: its
+  spawner's channel's): a link with no latency and an even share
   of that rate among the channels of the rank's latest ``Launch`` (under LL128 at most
   ``Topology.ll128_channel_bandwidth``); a message of NCCL's tree under Simple then crosses
   a pipe of its channel's stream to that peer, at ``Topology.tree_channel_bandwidth``; after
@@ -369,7 +370,7 @@ class _Simulation(Interpreter):
             in_tree = self.routes_of[src] is self.tree_routes
             route = routes[key] = self._route(src, dst, protocol, in_tree)
         if self.piped:
-            route = self._through_pipe(src, dst, task.channel, protocol, route)
+            route = self._through_pipe(src, dst, task.rate_channel, protocol, route)
         h.route, h.hop, h.tail = route, 0, _NEVER
         if op.in_switch:  # pulled by its RecvReduce: it leaves when that is posted
             h.in_switch = True

@@ -115,6 +115,8 @@ def test_spawn_needs_a_generator() -> None:
         Spawn(ring_allreduce, 1)  # the function, not a call of it
     schedule = ring_allreduce(Comm(0, 2), BUF)
     assert Spawn(schedule, "bucket0").schedule is schedule
+    with pytest.raises(TypeError, match="Spawn.shares_rate must be a bool, got 1"):
+        Spawn(schedule, "bucket0", shares_rate=1)
 
 
 @pytest.mark.parametrize("op", [

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from algorithms import (
-    Launch, Protocol, Recv, Send, Wait, nccl_ring_allreduce, nccl_tree_allreduce,
+    Join, Launch, Protocol, Recv, Send, Spawn, Wait, nccl_ring_allreduce, nccl_tree_allreduce,
 )
 from algorithms.nccl import RING_MAX_SLICES, as_protocol, nccl_ring_all_gather, ring_slices
 from simcomm import SizeOnly, simulate
@@ -110,6 +110,41 @@ def test_a_rate_of_ll_or_ll128_paces_a_channels_sends_in_its_pipe(protocol, fiel
     assert [s.bytes for s in paced.links] == [s.bytes for s in simple.links]  # pipes not links
     with pytest.raises(ValueError, match=f"{field} must be > 0 bytes/second"):
         replace(topology, **{field: 0.0})
+
+
+def fan_out_in_two_tasks(comm, x, protocol, shares_rate):
+    """Rank 0 sends ``x`` to rank 1 from its main task and to rank 2 from a task on channel
+    1, spawned with ``shares_rate``."""
+    if comm.rank == 0:
+        task = yield Spawn(one_way(x, 2, protocol), 1, shares_rate=shares_rate)
+        yield Wait((yield Send(1, x, "m", protocol)))
+        yield Join(task)
+    elif comm.rank == 1:
+        yield Wait((yield Recv(0, x)))
+    else:
+        yield Join((yield Spawn(one_way(x, 0, None), 1)))
+    return x
+
+
+def one_way(x, peer, protocol):
+    if protocol is None:
+        yield Wait((yield Recv(peer, x)))
+    else:
+        yield Wait((yield Send(peer, x, "m", protocol)))
+
+
+@pytest.mark.parametrize("shares_rate, messages", [(True, 2), (False, 1)])
+def test_a_task_that_shares_its_spawners_rate_sends_through_its_pipe(shares_rate,
+                                                                    messages) -> None:
+    # NCCL's tree runs its up and down streams on one channel's threads: a task spawned
+    # with shares_rate sends through its spawner's pipe, so the two messages take turns
+    # there; a task on a channel of its own has a pipe of its own.
+    topology = replace(fully_connected(3, BANDWIDTH, LATENCIES), ll_bandwidth=0.25e9)
+    nbytes = 1_000_000
+    inputs = [SizeOnly(nbytes // 4, np.float32)] * 3
+    result = simulate(fan_out_in_two_tasks, inputs, topology, protocol=Protocol.LL,
+                      shares_rate=shares_rate)
+    assert result.time == pytest.approx(LATENCIES.ll + messages * nbytes / 0.25e9, rel=1e-12)
 
 
 def test_nccls_simple_ring_hands_each_chunk_on_in_two_slices() -> None:
